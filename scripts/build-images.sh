@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Build the local Debian base images with systemd as PID 1 (no registry is needed).
+# Usage: scripts/build-images.sh [release...]   (default: bookworm trixie)
+# An image that already exists is kept: podman's own storage is the cache.
+# Set INFERHOST_REBUILD_IMAGES=1 to rebuild.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")/.." && pwd)
+export CONTAINERS_CONF="${CONTAINERS_CONF:-$here/containers.conf}"
+releases=("$@")
+[ ${#releases[@]} -gt 0 ] || releases=(bookworm trixie)
+
+# Take the mirror from apt's own configuration, so the build works wherever apt does.
+mirror() {
+  local uri
+  uri=$(grep -hoE '^(URIs:|deb) +https?://[^ ]+' /etc/apt/sources.list /etc/apt/sources.list.d/*.sources \
+          /etc/apt/sources.list.d/*.list 2>/dev/null | grep -v -- '-security' | head -n1 | awk '{print $2}')
+  echo "${uri:-http://deb.debian.org/debian}"
+}
+
+packages=systemd,systemd-sysv,dbus,python3,python3-apt,sudo,iproute2,procps,ca-certificates,gnupg
+
+for release in "${releases[@]}"; do
+  image="localhost/debian-systemd:$release"
+  if [ "${INFERHOST_REBUILD_IMAGES:-0}" != 1 ] && podman image exists "$image"; then
+    echo "image $image: cached"
+    continue
+  fi
+  root=$(mktemp -d "/var/tmp/inferhost-$release.XXXXXX")
+  trap 'rm -rf "$root"' EXIT
+  echo "image $image: debootstrap $release from $(mirror) ..."
+  start=$SECONDS
+  debootstrap --variant=minbase --include="$packages" "$release" "$root" "$(mirror)" >"$root.log" 2>&1 \
+    || { tail -n 30 "$root.log"; echo "debootstrap of $release failed (log: $root.log)" >&2; exit 1; }
+  : >"$root/etc/machine-id"
+  chroot "$root" apt-get clean
+  rm -rf "$root"/var/lib/apt/lists/*
+  tar -C "$root" -c . | podman import --change 'CMD ["/sbin/init"]' - "$image" >/dev/null
+  rm -rf "$root" "$root.log"
+  trap - EXIT
+  echo "image $image: built in $((SECONDS - start)) s"
+done

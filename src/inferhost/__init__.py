@@ -1,0 +1,1 @@
+"""inferhost: the Python side of the stack (the local lab, playbook runs through ansible-runner)."""
