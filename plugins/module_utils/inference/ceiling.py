@@ -1,0 +1,296 @@
+"""Single-stream decode ceiling: the fastest one request can generate tokens on given hardware.
+
+At batch size 1 a decode step is bound by two things that cannot overlap much:
+
+* every GPU reads its share of the weights that one token touches, over its memory bandwidth;
+* every layer waits for its tensor-parallel collectives (two all-reduces: after attention and after
+  the MLP/MoE), whose cost for a few kilobytes is almost all latency, plus the bytes over PCIe.
+
+    t_token = bytes_per_gpu / HBM_bandwidth                         (weights, and KV cache at a context)
+            + layers x collectives_per_layer x (latency(tp) + 2(tp-1)/tp x hidden x 2 B / PCIe_bandwidth)
+    ceiling = 1 / t_token
+
+Weights per token are the model's *active* parameters minus the input embedding table (a lookup reads
+one row), with the quantized part at its bytes per parameter (scales included) and the rest at BF16.
+With tensor parallelism each GPU reads 1/tp of it. With expert parallelism each GPU holds whole experts,
+and a token's k routed experts land unevenly: the step waits for the busiest GPU, so the routed part
+costs E[max experts on one GPU] experts instead of k/tp (uniform routing assumed). That is why expert
+parallel is slower for a single stream on PCIe-only GPUs.
+
+It is a ceiling, not a prediction: kernel launch gaps, sampling, the scheduler and imperfect bandwidth
+use come on top, so a measured single stream is typically well below it. docs/ceiling.md has the
+derivation, the hardware numbers with their sources, and worked examples.
+"""
+
+from __future__ import annotations
+
+from math import comb
+
+from . import modelconfig
+
+# Bytes per parameter, scales included. Keys are the names the inventory uses.
+BYTES_PER_PARAM = {
+    "bf16": 2.0,
+    "fp16": 2.0,
+    "fp8": 1.0 + 4.0 / (128 * 128),  # e4m3, one fp32 scale per 128x128 block (DeepSeek-style)
+    "fp8_channel": 1.0 + 4.0 / 4096,  # e4m3, per-output-channel fp32 scale (approx. k=4096)
+    "int8": 1.0 + 2.0 / 128,  # int8 with a bf16 scale per group of 128
+    "int4": 0.5 + 2.0 / 32,  # int4 with a bf16 scale per group of 32 (compressed-tensors, Kimi-K2)
+    "int4_g128": 0.5 + 2.0 / 128,  # int4 with a bf16 scale per group of 128 (AWQ/GPTQ)
+    "nvfp4": 0.5 + 1.0 / 16,  # e2m1 with an fp8 e4m3 scale per 16 elements (+ one fp32 per tensor)
+    "mxfp4": 0.5 + 1.0 / 32,  # e2m1 with an e8m0 scale per 32 elements
+}
+
+GB = 1e9
+US = 1e-6
+
+
+class CeilingError(ValueError):
+    """The inputs do not describe a computable configuration."""
+
+
+def bytes_per_param(name):
+    try:
+        return BYTES_PER_PARAM[name]
+    except KeyError:
+        raise CeilingError(f"unknown quantization {name!r}; known: {', '.join(sorted(BYTES_PER_PARAM))}") from None
+
+
+class Hardware:
+    """A GPU server as the ceiling sees it.
+
+    ``allreduce_latency_us`` maps a GPU count to the measured latency of one small (<= 64 KB) all-reduce
+    across that many GPUs with the communicator the engine uses (NCCL here). A count that is not listed
+    is scaled from the nearest listed one by the number of ring steps, 2(n-1).
+    """
+
+    def __init__(self, name, gpu_count, hbm_bandwidth_gbps, pcie_bandwidth_gbps, allreduce_latency_us, **extra):
+        if gpu_count < 1 or hbm_bandwidth_gbps <= 0 or pcie_bandwidth_gbps <= 0:
+            raise CeilingError(f"hardware {name}: gpu_count, hbm_bandwidth_gbps and pcie_bandwidth_gbps must be > 0")
+        if isinstance(allreduce_latency_us, int | float):
+            allreduce_latency_us = {gpu_count: float(allreduce_latency_us)}
+        if not allreduce_latency_us:
+            raise CeilingError(f"hardware {name}: allreduce_latency_us needs at least one GPU count")
+        self.name = name
+        self.gpu_count = int(gpu_count)
+        self.hbm_bandwidth = float(hbm_bandwidth_gbps) * GB
+        self.pcie_bandwidth = float(pcie_bandwidth_gbps) * GB
+        self.allreduce_latency_us = {int(k): float(v) for k, v in allreduce_latency_us.items()}
+        self.extra = extra
+
+    @classmethod
+    def from_dict(cls, data):
+        known = {"name", "gpu_count", "hbm_bandwidth_gbps", "pcie_bandwidth_gbps", "allreduce_latency_us"}
+        missing = sorted(k for k in known - {"name"} if k not in data)
+        if missing:
+            raise CeilingError(f"hardware profile lacks {', '.join(missing)}")
+        return cls(data.get("name", "hardware"), **{k: v for k, v in data.items() if k != "name"})
+
+    def allreduce_latency(self, n):
+        """Seconds for one small all-reduce across n GPUs (0 for one GPU)."""
+        if n <= 1:
+            return 0.0
+        if n in self.allreduce_latency_us:
+            return self.allreduce_latency_us[n] * US
+        known = min(self.allreduce_latency_us, key=lambda m: (abs(m - n), m))
+        if known <= 1:
+            raise CeilingError(f"hardware {self.name}: no all-reduce latency for more than one GPU")
+        return self.allreduce_latency_us[known] * (n - 1) / (known - 1) * US
+
+
+class Model:
+    """What the ceiling needs to know about a model; build it with ``Model.from_config``."""
+
+    def __init__(
+        self,
+        *,
+        name,
+        layers,
+        hidden_size,
+        active_params,
+        embedding_params,
+        routed_params,
+        quantized_params,
+        quantization,
+        experts_per_token=0,
+        num_experts=0,
+        dense_dtype="bf16",
+        collectives_per_layer=2,
+        kv_values_per_token=0,
+        kv_heads=None,
+        kv_sharded=True,
+    ):
+        if active_params <= embedding_params:
+            raise CeilingError(f"model {name}: active parameters must exceed the embedding table")
+        if quantized_params > active_params - embedding_params:
+            raise CeilingError(f"model {name}: quantized parameters exceed the active weights read per token")
+        self.name = name
+        self.layers = layers
+        self.hidden_size = hidden_size
+        self.active_params = float(active_params)
+        self.embedding_params = float(embedding_params)
+        self.routed_params = float(routed_params)
+        self.quantized_params = float(quantized_params)
+        self.quantization = quantization
+        self.experts_per_token = experts_per_token or 0
+        self.num_experts = num_experts or 0
+        self.dense_dtype = dense_dtype
+        self.collectives_per_layer = collectives_per_layer
+        self.kv_values_per_token = kv_values_per_token
+        self.kv_heads = kv_heads
+        self.kv_sharded = kv_sharded
+        bytes_per_param(quantization)
+        bytes_per_param(dense_dtype)
+
+    @classmethod
+    def from_config(cls, config, facts):
+        """Combine a checkpoint's ``config.json`` with the facts the config does not hold.
+
+        ``facts``: ``name``; ``active_params_b`` (activated parameters per token in billions, as the model
+        card states, input embedding included); ``quantization`` (key of ``BYTES_PER_PARAM``);
+        ``quantized`` (``routed_experts``: only the routed experts are stored quantized, the rest BF16;
+        ``all_linear``: every linear layer except the output head is quantized; or a number of billions);
+        optional ``dense_dtype`` (default ``bf16``) and ``collectives_per_layer`` (default 2).
+        """
+        cfg = modelconfig.text_config(config)
+        try:
+            layers = cfg["num_hidden_layers"]
+            hidden = cfg["hidden_size"]
+            vocab = cfg["vocab_size"]
+        except KeyError as exc:
+            raise CeilingError(f"config.json lacks {exc.args[0]}") from None
+        if "active_params_b" not in facts or "quantization" not in facts:
+            raise CeilingError("model facts need active_params_b and quantization")
+        active = float(facts["active_params_b"]) * 1e9
+        embedding = float(vocab * hidden)
+        k = modelconfig.experts_per_token(cfg) or 0
+        inter = modelconfig.expert_intermediate_size(cfg) or 0
+        routed = float(k * 3 * hidden * inter * modelconfig.moe_layers(cfg))
+        scope = facts.get("quantized", "routed_experts")
+        if facts["quantization"] in ("bf16", "fp16"):
+            quantized = 0.0
+        elif scope == "routed_experts":
+            quantized = routed
+        elif scope == "all_linear":
+            head = 0 if config.get("tie_word_embeddings") else embedding
+            quantized = active - embedding - head
+        else:
+            quantized = float(scope) * 1e9
+        if modelconfig.is_mla(cfg):
+            kv_values = modelconfig.attention_layers(cfg) * (cfg["kv_lora_rank"] + cfg.get("qk_rope_head_dim", 0))
+            kv_heads, sharded = None, False  # the latent is replicated on every tensor-parallel rank
+        else:
+            kv_heads = cfg.get("num_key_value_heads") or cfg["num_attention_heads"]
+            kv_values = modelconfig.attention_layers(cfg) * 2 * kv_heads * modelconfig.head_dim(cfg)
+            sharded = True
+        return cls(
+            name=facts.get("name", cfg.get("model_type", "model")),
+            layers=layers,
+            hidden_size=hidden,
+            active_params=active,
+            embedding_params=embedding,
+            routed_params=routed,
+            quantized_params=quantized,
+            quantization=facts["quantization"],
+            experts_per_token=k,
+            num_experts=modelconfig.num_experts(cfg) or 0,
+            dense_dtype=facts.get("dense_dtype", "bf16"),
+            collectives_per_layer=facts.get("collectives_per_layer", 2),
+            kv_values_per_token=kv_values,
+            kv_heads=kv_heads,
+            kv_sharded=sharded,
+        )
+
+    def weight_bytes(self):
+        """Bytes of weights one token reads, all GPUs together: ``(routed, other)``."""
+        q = bytes_per_param(self.quantization)
+        d = bytes_per_param(self.dense_dtype)
+        routed_quantized = min(self.routed_params, self.quantized_params)
+        routed = routed_quantized * q + (self.routed_params - routed_quantized) * d
+        other_quantized = self.quantized_params - routed_quantized
+        other_dense = self.active_params - self.embedding_params - self.routed_params - other_quantized
+        return routed, other_quantized * q + other_dense * d
+
+    def kv_bytes_per_gpu(self, tp, dtype_bytes):
+        """KV-cache bytes one GPU reads per token of context."""
+        if not self.kv_values_per_token:
+            return 0.0
+        if not self.kv_sharded:
+            return self.kv_values_per_token * dtype_bytes
+        heads_per_gpu = -(-self.kv_heads // tp)  # heads are replicated when there are fewer than tp
+        return self.kv_values_per_token * heads_per_gpu / self.kv_heads * dtype_bytes
+
+
+def expected_max_experts(k, num_experts, groups):
+    """Expected number of a token's k distinct routed experts on the busiest of ``groups`` GPUs.
+
+    Experts are spread evenly (num_experts / groups per GPU) and a token picks k distinct experts
+    uniformly: the count per GPU is multivariate hypergeometric. Exact, with integers:
+    P(max <= m) = [x^k] (sum_{i<=m} C(s, i) x^i)^groups / C(E, k).
+    """
+    if groups <= 1 or k <= 0:
+        return float(k)
+    per_group = num_experts // groups
+    if per_group * groups != num_experts or per_group < 1:
+        raise CeilingError(f"{num_experts} experts do not split evenly over {groups} GPUs")
+    total = comb(num_experts, k)
+    expected = 0.0
+    for m in range(k):  # E[max] = sum_{m>=0} P(max > m)
+        poly = [1]
+        term = [comb(per_group, i) for i in range(min(m, per_group) + 1)]
+        for _ in range(groups):
+            nxt = [0] * min(len(poly) + len(term) - 1, k + 1)
+            for i, a in enumerate(poly):
+                if not a:
+                    continue
+                for j, b in enumerate(term):
+                    if i + j <= k:
+                        nxt[i + j] += a * b
+            poly = nxt
+        at_most_m = poly[k] if len(poly) > k else 0
+        expected += 1.0 - at_most_m / total
+    return expected
+
+
+def decode_ceiling(model, hardware, tp, *, expert_parallel=False, context_tokens=0, kv_dtype="bf16"):
+    """Single-stream decode ceiling of ``model`` on ``tp`` GPUs of ``hardware``.
+
+    Returns a dict (all times in milliseconds) with ``tokens_per_s`` and the terms it came from.
+    """
+    if tp < 1 or tp > hardware.gpu_count:
+        raise CeilingError(f"tensor-parallel size {tp} is outside 1..{hardware.gpu_count} GPUs of {hardware.name}")
+    routed, other = model.weight_bytes()
+    if expert_parallel and model.experts_per_token and tp > 1:
+        busiest = expected_max_experts(model.experts_per_token, model.num_experts, tp)
+        routed_per_gpu = routed / model.experts_per_token * busiest
+    else:
+        busiest = model.experts_per_token / tp if model.experts_per_token else 0.0
+        routed_per_gpu = routed / tp
+    weights_per_gpu = routed_per_gpu + other / tp
+    kv_per_gpu = model.kv_bytes_per_gpu(tp, bytes_per_param(kv_dtype)) * context_tokens
+    memory_s = (weights_per_gpu + kv_per_gpu) / hardware.hbm_bandwidth
+    collectives = model.layers * model.collectives_per_layer if tp > 1 else 0
+    message = model.hidden_size * 2  # one token's BF16 activations
+    per_collective = hardware.allreduce_latency(tp) + (
+        2 * (tp - 1) / tp * message / hardware.pcie_bandwidth if tp > 1 else 0.0
+    )
+    comm_s = collectives * per_collective
+    total = memory_s + comm_s
+    return {
+        "model": model.name,
+        "hardware": hardware.name,
+        "tp": tp,
+        "expert_parallel": bool(expert_parallel),
+        "context_tokens": context_tokens,
+        "weights_gb_per_token": round((routed + other) / GB, 3),
+        "weights_gb_per_gpu": round(weights_per_gpu / GB, 3),
+        "kv_gb_per_gpu": round(kv_per_gpu / GB, 3),
+        "routed_experts_on_busiest_gpu": round(busiest, 3),
+        "memory_ms": round(memory_s * 1e3, 3),
+        "collectives": collectives,
+        "collective_us": round(per_collective / US, 2),
+        "comm_ms": round(comm_s * 1e3, 3),
+        "per_token_ms": round(total * 1e3, 3),
+        "tokens_per_s": round(1.0 / total, 1),
+        "memory_only_tokens_per_s": round(1.0 / memory_s, 1),
+    }

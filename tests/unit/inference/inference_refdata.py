@@ -1,0 +1,51 @@
+"""Reference data of the inference tests: checkpoint config excerpts and the example inventory's services."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[3]
+MODELS = Path(__file__).with_name("fixtures") / "models"
+EXAMPLE_VARS = ROOT / "inventory/example/group_vars/inference_containers/inference_service.yml"
+ROLE = ROOT / "roles/inference_service"
+
+# Inventory service name -> checkpoint directory under fixtures/models.
+REFERENCE = {
+    "qwen35": "Qwen3.5-397B-A17B-NVFP4",
+    "kimi-k25": "Kimi-K2.5",
+    "minimax-m25": "MiniMax-M2.5",
+}
+
+
+def load_config(model):
+    return json.loads((MODELS / model / "config.json").read_text())
+
+
+@pytest.fixture(scope="session")
+def example_vars():
+    return yaml.safe_load(EXAMPLE_VARS.read_text())
+
+
+@pytest.fixture(scope="session")
+def hardware(example_vars):
+    return example_vars["inference_service_hardware"]
+
+
+@pytest.fixture(scope="session")
+def services(example_vars):
+    return {s["name"]: s for s in example_vars["inference_service_services"]}
+
+
+@pytest.fixture
+def checkpoint(tmp_path):
+    """Copy a reference checkpoint into a temporary directory, so a test may edit it."""
+
+    def make(model):
+        target = tmp_path / model
+        shutil.copytree(MODELS / model, target)
+        return target
+
+    return make
