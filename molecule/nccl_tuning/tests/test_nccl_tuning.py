@@ -7,7 +7,7 @@ import pytest
 
 VENV_PY = "/opt/venvs/serve/bin/python"
 EXPECTED = {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_P2P_LEVEL": "SYS"}
-PRINT_ENV = "import json, os; print(json.dumps({k: os.environ.get(k) for k in %r}))" % sorted(EXPECTED)
+PRINT_ENV = f"import json, os; print(json.dumps({{k: os.environ.get(k) for k in {sorted(EXPECTED)!r}}}))"
 
 
 def run_json(host, *argv, env=None):
@@ -31,7 +31,7 @@ def test_a_value_set_by_the_user_wins(host):
 
 
 def test_child_processes_inherit_the_settings(host):
-    code = "import subprocess, sys; subprocess.run([sys.executable, '-S', '-c', %r], check=True)" % PRINT_ENV
+    code = f"import subprocess, sys; subprocess.run([sys.executable, '-S', '-c', {PRINT_ENV!r}], check=True)"
     # The child runs with -S (no site, no hook): it sees the values only through inheritance.
     assert run_json(host, VENV_PY, "-c", code) == EXPECTED
 
@@ -40,7 +40,7 @@ def test_the_system_sitecustomize_shadows_a_venv_one(host):
     # Why the role uses a .pth hook: a sitecustomize.py in the venv would never be imported.
     site = host.check_output(f"{VENV_PY} -c 'import sysconfig; print(sysconfig.get_path(\"purelib\"))'")
     probe = f"{site}/sitecustomize.py"
-    host.run_expect([0], f"echo 'import os; os.environ[\"PROBE\"] = \"venv\"' > {probe}")
+    host.run_expect([0], f'echo \'import os; os.environ["PROBE"] = "venv"\' > {probe}')
     try:
         system = host.run(f"{VENV_PY} -c 'import sitecustomize; print(sitecustomize.__file__)'")
         if system.rc != 0 or system.stdout.strip() == probe:
@@ -60,8 +60,6 @@ def test_nccl_conf_has_each_setting_and_no_stray_assignments(host):
 
 def test_env_file_for_systemd_units(host):
     # systemd-run parses the file exactly as a unit's EnvironmentFile= would.
-    out = host.check_output(
-        "systemd-run --wait --pipe --quiet -p EnvironmentFile=/etc/inferhost/nccl.env /usr/bin/env"
-    )
+    out = host.check_output("systemd-run --wait --pipe --quiet -p EnvironmentFile=/etc/inferhost/nccl.env /usr/bin/env")
     seen = dict(line.split("=", 1) for line in out.splitlines() if line.startswith("NCCL_"))
     assert seen == EXPECTED
