@@ -1,0 +1,141 @@
+"""Build an engine's command line and environment from a service definition, and quote it for systemd.
+
+The same service data gives ``vllm serve ...`` or ``python -m sglang.launch_server ...``. Flags the
+role owns (model, name, address, port, parallelism, KV-cache type, API key, load timeout) come from
+service fields; everything else comes from ``args`` as ``{flag: value}``: ``true`` gives a bare flag,
+``false``/``null`` leaves it out, a list repeats values after one flag, a mapping becomes JSON.
+
+The API key never appears in the unit file: vLLM reads ``VLLM_API_KEY`` from the service's environment
+file; SGLang only takes ``--api-key``, so its command line refers to ``${INFERHOST_API_KEY}``, which
+systemd expands from that file at start.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+API_KEY_VAR = "INFERHOST_API_KEY"
+UNIT_MARKER_VAR = "INFERHOST_UNIT"
+
+KV_CACHE_SPELLING = {
+    "vllm": {"bf16": "bfloat16", "auto": "auto", "fp8": "fp8", "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2"},
+    "sglang": {"bf16": "bf16", "auto": "auto", "fp8": "fp8_e4m3", "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2"},
+}
+
+
+class EnvRef(str):
+    """An argument that systemd must expand from the environment (``${NAME}``), never quoted."""
+
+    __slots__ = ()
+
+    def __new__(cls, name):
+        return super().__new__(cls, "${" + name + "}")
+
+
+def served_name(service):
+    model = service["model"]
+    return model.get("served_name") or os.path.basename(str(model["path"]).rstrip("/"))
+
+
+def _args(extra):
+    out = []
+    for key, value in (extra or {}).items():
+        flag = "--" + str(key).lstrip("-")
+        if value is None or value is False:
+            continue
+        if value is True:
+            out.append(flag)
+        elif isinstance(value, list | tuple):
+            out += [flag, *(str(v) for v in value)]
+        elif isinstance(value, dict):
+            out += [flag, json.dumps(value, separators=(",", ":"), sort_keys=True)]
+        else:
+            out += [flag, str(value)]
+    return out
+
+
+def build_argv(service, *, api_key=False, load_timeout_s=2700):
+    """The engine's argv (a list of str; an ``EnvRef`` element is expanded by systemd)."""
+    engine = service["engine"]
+    if engine not in KV_CACHE_SPELLING:
+        raise ValueError(f"unknown engine {engine!r}")
+    venv = str(service["environment"]).rstrip("/")
+    tp = int(service.get("tensor_parallel_size") or len(service["gpus"]))
+    kv = KV_CACHE_SPELLING[engine].get(service.get("kv_cache_dtype", "bf16"), service.get("kv_cache_dtype"))
+    common = [
+        "--served-model-name",
+        served_name(service),
+        "--host",
+        str(service.get("bind_address", "127.0.0.1")),
+        "--port",
+        str(service.get("port", 8000)),
+    ]
+    if engine == "vllm":
+        argv = [f"{venv}/bin/vllm", "serve", str(service["model"]["path"]), *common, "--tensor-parallel-size", str(tp)]
+        if service.get("expert_parallel"):
+            argv.append("--enable-expert-parallel")
+        argv += ["--kv-cache-dtype", kv]
+    else:
+        argv = [f"{venv}/bin/python", "-m", "sglang.launch_server", "--model-path", str(service["model"]["path"])]
+        argv += [*common, "--tp-size", str(tp)]
+        if service.get("expert_parallel"):
+            argv += ["--ep-size", str(tp)]
+        # torch.distributed waits at init for the slowest rank's load: raise it above the load time.
+        argv += ["--kv-cache-dtype", kv, "--dist-timeout", str(int(load_timeout_s))]
+    argv += _args(service.get("args"))
+    if api_key and engine == "sglang":
+        argv += ["--api-key", EnvRef(API_KEY_VAR)]
+    return argv
+
+
+def build_environment(service, *, unit, load_timeout_s=2700, common=None):
+    """Environment variables of the unit; secrets (``secret_names``) go to a separate file."""
+    env = {
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+        "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in service["gpus"]),
+        UNIT_MARKER_VAR: unit,
+    }
+    if service["engine"] == "vllm":
+        # vLLM gives up on the engine core after 600 s by default; a 30-minute load needs more.
+        env["VLLM_ENGINE_READY_TIMEOUT_S"] = str(int(load_timeout_s))
+    env.update({str(k): str(v) for k, v in (common or {}).items()})
+    env.update({str(k): str(v) for k, v in (service.get("env") or {}).items()})
+    return env
+
+
+def systemd_quote(arg):
+    """Quote one argument for ExecStart= (systemd.service "Command lines")."""
+    if isinstance(arg, EnvRef):
+        return str(arg)
+    text = str(arg).replace("%", "%%").replace("$", "$$")
+    if text and not any(c in text for c in " \t\n\"'\\;"):
+        return text
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\t", "\\t")
+    return f'"{escaped}"'
+
+
+def systemd_command(argv):
+    return " ".join(systemd_quote(a) for a in argv)
+
+
+def secret_names(service):
+    """Variables that carry the API key: the readiness probe's, and vLLM's own."""
+    return [API_KEY_VAR, "VLLM_API_KEY"] if service["engine"] == "vllm" else [API_KEY_VAR]
+
+
+def systemd_environment(name, value):
+    """One ``Environment=`` assignment, quoted; systemd expands % specifiers there but not $."""
+    text = f"{name}={value}".replace("%", "%%").replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return f'"{text}"'
+
+
+def env_file_line(name, value):
+    """One ``EnvironmentFile=`` line: NAME="value" with backslash escapes (no expansion happens there)."""
+    text = str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return f'{name}="{text}"'
+
+
+def display_argv(argv):
+    """The argv for humans and logs: references stay as ``${NAME}``, values are never expanded."""
+    return [str(a) for a in argv]

@@ -1,0 +1,390 @@
+"""Plan-time checks of an inference service: refuse known-bad configurations before anything runs.
+
+A model load takes about 30 minutes; a configuration that is known to fail, produce NaN or silently
+lose accuracy must be refused before that, with the reason and the fix. ``plan_service`` returns the
+refusals (each with ``check``, ``id``, ``reason``, ``fix``), warnings, and the checkpoint edits that
+are still needed. Nothing here touches the machine: the caller reads the checkpoint's configuration.
+
+Checks:
+
+* ``service``: the data itself (name, GPUs, sizes, flags the role manages itself).
+* ``known_bad``: the backend matrix, kept as data (the role's ``vars/main.yml``), matched against the
+  service's flags, environment, engine, compute capability and engine version.
+* ``tensor_parallel``: the tensor-parallel size must divide the model's heads, KV heads, linear
+  attention heads and intermediate sizes, and each GPU's slice must stay a multiple of the FP8 weight
+  block or the quantization group (MiniMax-M2.5: 1536 / 8 = 192 is not a multiple of 128).
+* ``kv_cache``: a quantized KV cache needs ``allow_fp8_kv_cache: true``, also when ``auto`` would pick
+  up an FP8 KV cache that the checkpoint declares.
+* ``checkpoint_edit``: an edit of the checkpoint's configuration that the installed engine version no
+  longer needs is refused (remove it, restore the original from the backup).
+"""
+
+from __future__ import annotations
+
+import re
+
+from . import modelconfig
+
+ENGINES = ("vllm", "sglang")
+NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,40}$")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+# Flags the role sets from service fields; passing them in ``args`` would bypass the checks.
+MANAGED_FLAGS = {
+    "model": "model.path",
+    "model-path": "model.path",
+    "served-model-name": "model.served_name",
+    "host": "bind_address",
+    "port": "port",
+    "tensor-parallel-size": "tensor_parallel_size",
+    "tp-size": "tensor_parallel_size",
+    "tp": "tensor_parallel_size",
+    "enable-expert-parallel": "expert_parallel",
+    "ep-size": "expert_parallel",
+    "expert-parallel-size": "expert_parallel",
+    "kv-cache-dtype": "kv_cache_dtype",
+    "api-key": "the API key (inference_service_api_key)",
+}
+UNQUANTIZED_KV = ("bf16", "bfloat16", "fp16", "float16", "auto")
+
+
+def flag_name(key):
+    return str(key).lstrip("-").replace("_", "-").lower()
+
+
+def refusal(check, ident, reason, fix):
+    return {"check": check, "id": ident, "reason": reason, "fix": fix}
+
+
+def parse_version(text):
+    """``"0.17.1rc1.dev5+gabc"`` -> ``((0, 17, 1), True)``: release numbers and whether it is a pre-release."""
+    match = re.match(r"^\s*v?(\d+(?:\.\d+)*)(.*)$", str(text or ""))
+    if not match:
+        return None
+    release = tuple(int(part) for part in match.group(1).split("."))
+    rest = match.group(2).split("+", 1)[0].lower()
+    return release, bool(re.search(r"(a|b|rc|dev|alpha|beta|pre)", rest))
+
+
+def version_below(version, bound):
+    """True when ``version`` is before ``bound``; a pre-release of ``bound`` counts as before it."""
+    parsed, limit = parse_version(version), parse_version(bound)
+    if parsed is None or limit is None:
+        raise ValueError(f"cannot compare versions {version!r} and {bound!r}")
+    width = max(len(parsed[0]), len(limit[0]))
+    left = parsed[0] + (0,) * (width - len(parsed[0]))
+    right = limit[0] + (0,) * (width - len(limit[0]))
+    return left < right or (left == right and parsed[1])
+
+
+def effective_flags(service):
+    """Every flag the engine will see, normalised, including those the role sets from service fields."""
+    flags = {flag_name(k): v for k, v in (service.get("args") or {}).items()}
+    flags["kv-cache-dtype"] = service.get("kv_cache_dtype", "bf16")
+    flags["tensor-parallel-size"] = tensor_parallel_size(service)
+    if service.get("expert_parallel"):
+        flags["enable-expert-parallel"] = True
+    return flags
+
+
+def tensor_parallel_size(service):
+    return int(service.get("tensor_parallel_size") or len(service.get("gpus") or []) or 1)
+
+
+# --- the service data -----------------------------------------------------------------------------
+
+
+def check_service_data(service, gpu_count=None):
+    out = []
+    name = service.get("name", "")
+    if not NAME.match(str(name)):
+        out.append(
+            refusal(
+                "service",
+                "name",
+                f"service name {name!r} is not a valid unit name part",
+                "use lower-case letters, digits and dashes (at most 41), starting with a letter or digit",
+            )
+        )
+    if service.get("engine") not in ENGINES:
+        out.append(
+            refusal("service", "engine", f"engine {service.get('engine')!r} is not supported", "engine: vllm or sglang")
+        )
+    gpus = service.get("gpus") or []
+    if not gpus or len(set(gpus)) != len(gpus) or any((not isinstance(g, int)) or g < 0 for g in gpus):
+        out.append(
+            refusal("service", "gpus", f"gpus {gpus!r} must be distinct GPU indices", "list GPU indices, e.g. [0, 1]")
+        )
+    elif gpu_count and max(gpus) >= gpu_count:
+        out.append(
+            refusal(
+                "service",
+                "gpus",
+                f"gpus {gpus} name a GPU beyond the {gpu_count} of this machine",
+                f"use indices 0..{gpu_count - 1}",
+            )
+        )
+    tp = tensor_parallel_size(service)
+    if gpus and (tp < 1 or len(gpus) % tp):
+        out.append(
+            refusal(
+                "service",
+                "tensor_parallel_size",
+                f"tensor_parallel_size {tp} does not divide the {len(gpus)} GPUs of the service",
+                f"tensor_parallel_size {len(gpus)}, or list {tp} GPUs",
+            )
+        )
+    for key in service.get("args") or {}:
+        field = MANAGED_FLAGS.get(flag_name(key))
+        if field:
+            out.append(
+                refusal(
+                    "service",
+                    f"args.{key}",
+                    f"args sets --{flag_name(key)}, which the role derives from {field}",
+                    f"remove it from args and set {field}",
+                )
+            )
+    for key in service.get("env") or {}:
+        if not ENV_NAME.match(str(key)):
+            out.append(
+                refusal(
+                    "service",
+                    f"env.{key}",
+                    f"environment variable name {key!r} is invalid",
+                    "use [A-Za-z_][A-Za-z0-9_]*",
+                )
+            )
+    port = service.get("port", 8000)
+    if not isinstance(port, int) or not 0 < port < 65536:
+        out.append(refusal("service", "port", f"port {port!r} is not a TCP port", "a number in 1..65535"))
+    return out
+
+
+# --- the known-bad matrix -------------------------------------------------------------------------
+
+
+def _condition_holds(cond, flags, env):
+    if "flag" in cond:
+        name = flag_name(cond["flag"])
+        present = name in flags and flags[name] not in (None, False, "")
+        value = flags.get(name)
+    else:
+        name = cond["env"]
+        present = name in env and env[name] not in (None, "")
+        value = env.get(name)
+    text = "" if value is None else str(value)
+    if "in" in cond:
+        return present and text.lower() in {str(v).lower() for v in cond["in"]}
+    if "not_in" in cond:
+        return not present or text.lower() not in {str(v).lower() for v in cond["not_in"]}
+    if "prefix" in cond:
+        return present and text.lower().startswith(str(cond["prefix"]).lower())
+    if "contains" in cond:
+        return present and str(cond["contains"]).lower() in text.lower()
+    return present == bool(cond.get("present", True))
+
+
+def check_known_bad(service, rules, compute_capability=None, engine_version=None):
+    out, warnings = [], []
+    flags = effective_flags(service)
+    env = {str(k): v for k, v in (service.get("env") or {}).items()}
+    for rule in rules:
+        if rule.get("engine", "any") not in ("any", service.get("engine")):
+            continue
+        capabilities = [str(c) for c in rule.get("compute_capability") or []]
+        if capabilities and str(compute_capability) not in capabilities:
+            continue
+        if not all(_condition_holds(c, flags, env) for c in rule.get("when") or []):
+            continue
+        reason = rule["reason"]
+        below = rule.get("engine_version_below")
+        if below:
+            if engine_version and not version_below(engine_version, below):
+                continue
+            if not engine_version:
+                reason += f" (fixed from {service['engine']} {below}; the installed version is unknown)"
+                warnings.append(f"{rule['id']}: set engine_version to lift this check if {below} or later is installed")
+        source = f" [{rule['source']}]" if rule.get("source") else ""
+        out.append(refusal("known_bad", rule["id"], reason + source, rule["fix"]))
+    return out, warnings
+
+
+# --- tensor parallel against the model's dimensions -----------------------------------------------
+
+
+def _tp_problems(cfg, quant, tp, expert_parallel):
+    """Problems of one tensor-parallel size, as (dimension, text) pairs."""
+    problems = []
+
+    def divides(value, what):
+        if value and value % tp:
+            problems.append((what, f"{what} {value} is not divisible by TP {tp}"))
+            return False
+        return True
+
+    heads = cfg.get("num_attention_heads")
+    divides(heads, "attention heads")
+    kv = cfg.get("num_key_value_heads")
+    if kv and not modelconfig.is_mla(cfg):
+        if kv >= tp:
+            divides(kv, "KV heads")
+        elif tp % kv:
+            problems.append(("KV heads", f"TP {tp} is not a multiple of the {kv} KV heads (each is replicated)"))
+    divides(cfg.get("linear_num_key_heads"), "linear-attention key heads")
+    divides(cfg.get("linear_num_value_heads"), "linear-attention value heads")
+
+    block = quant.get("block") or []
+    granule, granule_name = 0, ""
+    if quant.get("method") == "fp8" and block:
+        granule, granule_name = max(block), "FP8 weight block"
+    elif quant.get("group_size"):
+        granule, granule_name = int(quant["group_size"]), f"{quant.get('method') or 'quantization'} group"
+
+    def split(value, what):
+        if not value or not divides(value, what):
+            return
+        per_gpu = value // tp
+        if granule and per_gpu % granule:
+            problems.append(
+                (
+                    what,
+                    f"{what} {value}/{tp} = {per_gpu} per GPU is not a multiple of the {granule_name} {granule}",
+                )
+            )
+
+    split(modelconfig.dense_intermediate_size(cfg), "intermediate size")
+    split(modelconfig.shared_expert_intermediate_size(cfg), "shared-expert intermediate size")
+    experts = modelconfig.num_experts(cfg)
+    if experts and expert_parallel:
+        if experts % tp:
+            problems.append(("experts", f"{experts} experts do not split evenly over expert-parallel size {tp}"))
+    else:
+        split(modelconfig.expert_intermediate_size(cfg), "expert intermediate size")
+    return problems
+
+
+def check_tensor_parallel(service, config, quant_config=None, gpu_count=None):
+    cfg = modelconfig.text_config(config)
+    quant = modelconfig.quantization(config, quant_config)
+    tp = tensor_parallel_size(service)
+    ep = bool(service.get("expert_parallel"))
+    problems = _tp_problems(cfg, quant, tp, ep)
+    if not problems:
+        return []
+    limit = gpu_count or max(tp, len(service.get("gpus") or []), 8)
+    plain = [n for n in range(1, limit + 1) if not _tp_problems(cfg, quant, n, False)]
+    with_ep = [n for n in range(1, limit + 1) if not _tp_problems(cfg, quant, n, True)]
+    fixes = []
+    smaller = [n for n in plain if n < tp]
+    if smaller:
+        fixes.append(f"tensor_parallel_size {max(smaller)}")
+    if not ep and tp in with_ep:
+        fixes.append(f"tensor_parallel_size {tp} with expert_parallel: true (each GPU holds whole experts)")
+    if not fixes:
+        fixes.append(f"a tensor_parallel_size from {plain or with_ep or 'none'}")
+    return [
+        refusal("tensor_parallel", f"tp.{dimension.replace(' ', '_')}", text + " (config.json)", " or ".join(fixes))
+        for dimension, text in problems
+    ]
+
+
+# --- KV cache -------------------------------------------------------------------------------------
+
+
+def check_kv_cache(service, config=None, quant_config=None):
+    dtype = str(service.get("kv_cache_dtype", "bf16")).lower()
+    if service.get("allow_fp8_kv_cache"):
+        return []
+    if dtype not in UNQUANTIZED_KV:
+        return [
+            refusal(
+                "kv_cache",
+                "kv_cache.quantized",
+                f"kv_cache_dtype {dtype} quantizes the KV cache; without calibrated scales (scale 1.0) "
+                "long-context accuracy degrades silently",
+                "kv_cache_dtype: bf16, or set allow_fp8_kv_cache: true after measuring accuracy",
+            )
+        ]
+    if dtype == "auto" and config is not None:
+        declared = modelconfig.quantization(config, quant_config).get("kv_cache")
+        if declared:
+            return [
+                refusal(
+                    "kv_cache",
+                    "kv_cache.declared",
+                    f"kv_cache_dtype auto follows the checkpoint, which declares a {declared} KV cache: the "
+                    "engine would run a quantized KV cache (scale 1.0 when uncalibrated) without anyone asking for it",
+                    "kv_cache_dtype: bf16, or set allow_fp8_kv_cache: true after measuring accuracy",
+                )
+            ]
+    return []
+
+
+# --- version-gated checkpoint edits ---------------------------------------------------------------
+
+
+def check_checkpoint_edits(service, engine_version=None):
+    """Split the service's checkpoint edits into refusals (no longer needed), needed edits and warnings."""
+    refusals, needed, warnings = [], [], []
+    for edit in service.get("checkpoint_edits") or []:
+        label = f"{edit['file']}:{edit['key']}"
+        bound = edit.get("needed_below")
+        if bound and engine_version and not version_below(engine_version, bound):
+            change = f" ({edit['change']})" if edit.get("change") else ""
+            refusals.append(
+                refusal(
+                    "checkpoint_edit",
+                    f"edit.{label}",
+                    f"the edit of {label} is not needed with {service['engine']} {engine_version}: "
+                    f"fixed from {bound}{change}",
+                    f"remove it from checkpoint_edits and restore {edit['file']} from its backup "
+                    "(the newest <file>.<timestamp>~ next to it)",
+                )
+            )
+            continue
+        if bound and not engine_version:
+            warnings.append(f"{label}: engine version unknown, applying the edit needed before {bound}")
+        needed.append(edit)
+    return refusals, needed, warnings
+
+
+# --- everything -----------------------------------------------------------------------------------
+
+
+def plan_service(
+    service,
+    *,
+    config=None,
+    quant_config=None,
+    known_bad=(),
+    compute_capability=None,
+    engine_version=None,
+    gpu_count=None,
+):
+    """Run every check; ``config`` is the checkpoint's config.json (None: model checks are refused)."""
+    version = engine_version or service.get("engine_version")
+    refusals = check_service_data(service, gpu_count)
+    bad, warnings = check_known_bad(service, known_bad, compute_capability, version)
+    refusals += bad
+    if config is None:
+        refusals.append(
+            refusal(
+                "tensor_parallel",
+                "config",
+                f"no config.json under {service.get('model', {}).get('path')}: the model cannot be checked",
+                "download the checkpoint first, or fix model.path",
+            )
+        )
+    else:
+        refusals += check_tensor_parallel(service, config, quant_config, gpu_count)
+    refusals += check_kv_cache(service, config, quant_config)
+    edit_refusals, needed, edit_warnings = check_checkpoint_edits(service, version)
+    refusals += edit_refusals
+    return {"refusals": refusals, "warnings": warnings + edit_warnings, "edits": needed}
+
+
+def format_refusals(name, refusals):
+    lines = [f"service {name} refused before anything is installed:"]
+    lines += [f"- {r['reason']}. Fix: {r['fix']}." for r in refusals]
+    return "\n".join(lines)

@@ -1,0 +1,217 @@
+#!/usr/bin/python
+# SPDX-License-Identifier: Apache-2.0
+
+from __future__ import annotations
+
+import glob
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.inference import command, modelconfig, plan
+
+DOCUMENTATION = r"""
+---
+module: inference_service_plan
+short_description: Check inference services before anything is installed, and render their command lines
+description:
+  - Reads each service's checkpoint configuration (C(config.json), C(hf_quant_config.json)) and the installed
+    engine version from the service's virtual environment on the target.
+  - Refuses, with the reason and the fix, backend combinations known to fail on the GPU's compute capability,
+    tensor-parallel sizes that do not divide the model's dimensions (FP8 weight blocks and quantization groups
+    included), a quantized KV cache without an explicit opt-in, and checkpoint edits the engine no longer needs.
+  - Returns each service's engine command line (quoted for systemd), environment and unit name.
+  - Changes nothing on the target.
+version_added: "0.1.0"
+author: inferhost contributors
+options:
+  services:
+    description: The service definitions (role variable C(inference_service_services)).
+    type: list
+    elements: dict
+    required: true
+  active:
+    description:
+      - Name of the service that will be started. Its checkpoint must exist; for the others a missing
+        checkpoint is only a warning (they are checked again when they become active).
+    type: str
+    default: ""
+  known_bad:
+    description: Known-bad backend rules (the role's C(vars/main.yml) documents the format).
+    type: list
+    elements: dict
+    default: []
+  compute_capability:
+    description: Compute capability of the GPUs, for example C("12.0"); rules name the ones they apply to.
+    type: str
+  gpu_count:
+    description: GPUs of the machine; GPU indices of the services must be below it.
+    type: int
+  unit_prefix:
+    description: Prefix of the systemd unit names (C(<prefix><name>.service)).
+    type: str
+    default: inference-
+  load_timeout_s:
+    description: Default seconds a model load may take (a service's C(load_timeout_s) wins).
+    type: int
+    default: 2700
+  api_key:
+    description: Whether an API key is configured (the key itself never reaches this module).
+    type: bool
+    default: false
+  common_env:
+    description: Environment variables for every service (a service's C(env) wins).
+    type: dict
+    default: {}
+  fail_on_refusal:
+    description: Fail when a service is refused; with C(false) the refusals are only returned.
+    type: bool
+    default: true
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+"""
+
+EXAMPLES = r"""
+- name: Check the services and build their command lines
+  inference_service_plan:
+    services: "{{ inference_service_services }}"
+    active: qwen35
+    known_bad: "{{ __inference_service_known_bad }}"
+    compute_capability: "12.0"
+    gpu_count: 8
+  register: __inference_service_plan
+"""
+
+RETURN = r"""
+services:
+  description: One entry per service, in order.
+  returned: always
+  type: list
+  elements: dict
+  sample:
+    - name: qwen35
+      unit: inference-qwen35.service
+      engine_version: 0.5.9
+      refusals: []
+      warnings: []
+      edits: []
+      exec_start: /opt/venvs/sglang/bin/python -m sglang.launch_server --model-path /srv/models/Qwen3.5 ...
+      environment: {CUDA_VISIBLE_DEVICES: "0,1,2,3,4,5,6,7"}
+      environment_lines: ['"CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7"']
+      secret_names: [INFERHOST_API_KEY]
+      served_name: Qwen3.5-397B-A17B
+      load_timeout_s: 2700
+      conflicts: [inference-kimi-k25.service]
+refused:
+  description: Whether any service was refused.
+  returned: always
+  type: bool
+"""
+
+
+def installed_version(environment, engine):
+    """Version of the engine's distribution in a venv, from its dist-info METADATA (nothing is executed)."""
+    pattern = os.path.join(environment, "lib", "python*", "site-packages", f"{engine}-*.dist-info", "METADATA")
+    for path in sorted(glob.glob(pattern)):
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                if line.startswith("Version:"):
+                    return line.split(":", 1)[1].strip()
+                if not line.strip():
+                    break
+    return None
+
+
+def plan_one(params, service, units):
+    name = service.get("name", "?")
+    result = {"name": name, "refusals": [], "warnings": [], "edits": []}
+    detected = installed_version(str(service.get("environment", "")), service.get("engine", ""))
+    declared = service.get("engine_version")
+    if declared and detected and declared != detected:
+        result["warnings"].append(f"engine_version {declared} is set but {detected} is installed; checking {declared}")
+    version = declared or detected
+    config = quant = None
+    model_path = str((service.get("model") or {}).get("path", ""))
+    try:
+        config, quant = modelconfig.load_checkpoint(model_path)
+    except FileNotFoundError:
+        if name != params["active"]:
+            result["warnings"].append(f"no checkpoint at {model_path} yet: model checks run when {name} is active")
+            config = {}
+    except ValueError as exc:
+        result["refusals"].append(plan.refusal("tensor_parallel", "config", str(exc), "fix the checkpoint"))
+    checked = plan.plan_service(
+        service,
+        config=config or None,
+        quant_config=quant,
+        known_bad=params["known_bad"],
+        compute_capability=params["compute_capability"],
+        engine_version=version,
+        gpu_count=params["gpu_count"],
+    )
+    if config == {}:  # inactive and not downloaded: drop the refusal about the missing config
+        checked["refusals"] = [r for r in checked["refusals"] if r["id"] != "config"]
+    result["refusals"] += checked["refusals"]
+    result["warnings"] += checked["warnings"]
+    result["edits"] = checked["edits"]
+    result["engine_version"] = version
+    if result["refusals"]:
+        return result
+    unit = units[name]
+    timeout = int(service.get("load_timeout_s") or params["load_timeout_s"])
+    argv = command.build_argv(service, api_key=params["api_key"], load_timeout_s=timeout)
+    env = command.build_environment(service, unit=unit, load_timeout_s=timeout, common=params["common_env"])
+    result.update(
+        unit=unit,
+        exec_start=command.systemd_command(argv),
+        argv=command.display_argv(argv),
+        environment=env,
+        environment_lines=[command.systemd_environment(k, v) for k, v in sorted(env.items())],
+        secret_names=command.secret_names(service),
+        served_name=command.served_name(service),
+        load_timeout_s=timeout,
+        conflicts=sorted(u for n, u in units.items() if n != name),
+    )
+    return result
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "services": {"type": "list", "elements": "dict", "required": True},
+            "active": {"type": "str", "default": ""},
+            "known_bad": {"type": "list", "elements": "dict", "default": []},
+            "compute_capability": {"type": "str"},
+            "gpu_count": {"type": "int"},
+            "unit_prefix": {"type": "str", "default": "inference-"},
+            "load_timeout_s": {"type": "int", "default": 2700},
+            "api_key": {"type": "bool", "default": False},
+            "common_env": {"type": "dict", "default": {}},
+            "fail_on_refusal": {"type": "bool", "default": True},
+        },
+        supports_check_mode=True,
+    )
+    params = module.params
+    services = params["services"]
+    names = [s.get("name") for s in services]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        module.fail_json(msg=f"inference_service_services names {', '.join(map(str, duplicates))} more than once")
+    if params["active"] and params["active"] not in names:
+        module.fail_json(msg=f"inference_service_active {params['active']!r} is not one of the services: {names}")
+    units = {n: f"{params['unit_prefix']}{n}.service" for n in names}
+    results = [plan_one(params, s, units) for s in services]
+    for result in results:
+        for warning in result["warnings"]:
+            module.warn(f"{result['name']}: {warning}")
+    refused = [r for r in results if r["refusals"]]
+    message = "\n".join(plan.format_refusals(r["name"], r["refusals"]) for r in refused)
+    if refused and params["fail_on_refusal"]:
+        module.fail_json(msg=message, services=results, refused=True)
+    module.exit_json(changed=False, services=results, refused=bool(refused), msg=message or "all services accepted")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,135 @@
+"""The engine command lines and environments built from service data, and their systemd quoting."""
+
+import shlex
+
+import pytest
+from inference.command import (
+    EnvRef,
+    build_argv,
+    build_environment,
+    env_file_line,
+    secret_names,
+    served_name,
+    systemd_command,
+    systemd_environment,
+    systemd_quote,
+)
+
+
+def test_vllm_reference_command(services):
+    argv = build_argv(services["kimi-k25"], load_timeout_s=2700)
+    assert argv[:3] == ["/opt/venvs/vllm/bin/vllm", "serve", "/srv/models/Kimi-K2.5"]
+    joined = " ".join(argv)
+    assert "--served-model-name Kimi-K2.5 --host 127.0.0.1 --port 8000 --tensor-parallel-size 8" in joined
+    assert "--enable-expert-parallel --kv-cache-dtype bfloat16" in joined
+    assert "--attention-backend TRITON_MLA" in joined
+    assert "--trust-remote-code" in argv and "true" not in argv
+    assert "--api-key" not in argv  # vLLM reads VLLM_API_KEY from the secret file
+
+
+def test_sglang_reference_command(services):
+    argv = build_argv(services["qwen35"], api_key=True, load_timeout_s=1800)
+    assert argv[:5] == [
+        "/opt/venvs/sglang/bin/python",
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        "/srv/models/Qwen3.5-397B-A17B-NVFP4",
+    ]
+    joined = " ".join(argv)
+    assert "--tp-size 8 --kv-cache-dtype bf16 --dist-timeout 1800" in joined
+    assert "--attention-backend triton --moe-runner-backend flashinfer_cutlass" in joined
+    assert "--fp4-gemm-backend flashinfer_cudnn --disable-custom-all-reduce" in joined
+    assert argv[-2:] == ["--api-key", "${INFERHOST_API_KEY}"]
+    assert isinstance(argv[-1], EnvRef)
+
+
+def test_expert_parallel_for_sglang_sets_ep_size(services):
+    service = dict(services["qwen35"], expert_parallel=True)
+    argv = build_argv(service)
+    assert argv[argv.index("--ep-size") + 1] == "8"
+
+
+def test_served_name_defaults_to_the_model_directory():
+    assert served_name({"model": {"path": "/srv/models/Foo-7B/"}}) == "Foo-7B"
+    assert served_name({"model": {"path": "/x", "served_name": "bar"}}) == "bar"
+
+
+def test_args_render_bools_lists_and_mappings():
+    service = {
+        "engine": "vllm",
+        "environment": "/v",
+        "gpus": [0],
+        "model": {"path": "/m"},
+        "args": {
+            "enforce-eager": True,
+            "disable-log-stats": False,
+            "max-num-seqs": 64,
+            "speculative-config": {"num_speculative_tokens": 3, "method": "mtp"},
+            "allowed-origins": ["a", "b"],
+            "skip": None,
+        },
+    }
+    argv = build_argv(service)
+    assert "--enforce-eager" in argv
+    assert "--disable-log-stats" not in argv and "--skip" not in argv
+    assert argv[argv.index("--max-num-seqs") + 1] == "64"
+    assert argv[argv.index("--speculative-config") + 1] == '{"method":"mtp","num_speculative_tokens":3}'
+    assert argv[argv.index("--allowed-origins") + 1 : argv.index("--allowed-origins") + 3] == ["a", "b"]
+
+
+def test_unknown_engine_is_an_error():
+    with pytest.raises(ValueError, match="unknown engine 'tgi'"):
+        build_argv({"engine": "tgi", "environment": "/v", "gpus": [0], "model": {"path": "/m"}})
+
+
+def test_environment_carries_gpus_marker_and_timeouts(services):
+    env = build_environment(
+        services["kimi-k25"], unit="inference-kimi-k25.service", load_timeout_s=2700, common={"HF_HUB_OFFLINE": 1}
+    )
+    assert env["CUDA_VISIBLE_DEVICES"] == "0,1,2,3,4,5,6,7"
+    assert env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+    assert env["INFERHOST_UNIT"] == "inference-kimi-k25.service"
+    assert env["VLLM_ENGINE_READY_TIMEOUT_S"] == "2700"
+    assert env["HF_HUB_OFFLINE"] == "1"
+    assert env["VLLM_WORKER_MULTIPROC_METHOD"] == "spawn"
+    sglang = build_environment(services["qwen35"], unit="u")
+    assert "VLLM_ENGINE_READY_TIMEOUT_S" not in sglang
+    assert sglang["SGLANG_ENABLE_JIT_DEEPGEMM"] == "0"
+
+
+def test_service_env_wins_over_common_env(services):
+    env = build_environment(services["qwen35"], unit="u", common={"SAFETENSORS_FAST_GPU": "0"})
+    assert env["SAFETENSORS_FAST_GPU"] == "1"
+
+
+def test_secret_names_per_engine(services):
+    assert secret_names(services["kimi-k25"]) == ["INFERHOST_API_KEY", "VLLM_API_KEY"]
+    assert secret_names(services["qwen35"]) == ["INFERHOST_API_KEY"]
+
+
+@pytest.mark.parametrize(
+    ("arg", "quoted"),
+    [
+        ("plain", "plain"),
+        ("with space", '"with space"'),
+        ('{"a":1}', '"{\\"a\\":1}"'),
+        ("100%", "100%%"),
+        ("$HOME", "$$HOME"),
+        ("back\\slash", '"back\\\\slash"'),
+        ("", '""'),
+        (EnvRef("KEY"), "${KEY}"),
+    ],
+)
+def test_systemd_quoting(arg, quoted):
+    assert systemd_quote(arg) == quoted
+
+
+def test_systemd_command_round_trips_through_a_shell_like_split():
+    argv = ["/bin/x", "--a", "two words", '{"k":"v"}']
+    assert shlex.split(systemd_command(argv)) == argv
+
+
+def test_environment_lines_are_quoted():
+    assert systemd_environment("A", 'x "y" 50%') == '"A=x \\"y\\" 50%%"'
+    assert env_file_line("KEY", 'se"cr\\et') == 'KEY="se\\"cr\\\\et"'

@@ -1,0 +1,124 @@
+"""The Ansible modules around the pure checks: inference_service_plan and inference_checkpoint_edit."""
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from inference_refdata import MODELS, REFERENCE, ROLE, load_module, run_module
+
+PLAN = load_module("inference_service_plan")
+EDIT = load_module("inference_checkpoint_edit")
+RULES = yaml.safe_load((ROLE / "vars/main.yml").read_text())["__inference_service_known_bad"]
+
+
+def at_fixtures(services):
+    out = []
+    for name, service in services.items():
+        out.append({**service, "model": {**service["model"], "path": str(MODELS / REFERENCE[name])}})
+    return out
+
+
+def plan_args(services, **kw):
+    args = {
+        "services": at_fixtures(services),
+        "active": "qwen35",
+        "known_bad": RULES,
+        "compute_capability": "12.0",
+        "gpu_count": 8,
+    }
+    args.update(kw)
+    return args
+
+
+def test_reference_services_planned_with_units_and_conflicts(services):
+    result = run_module(PLAN, plan_args(services, api_key=True))
+    assert not result.get("failed"), result.get("msg")
+    by_name = {s["name"]: s for s in result["services"]}
+    assert by_name["qwen35"]["unit"] == "inference-qwen35.service"
+    assert by_name["qwen35"]["conflicts"] == ["inference-kimi-k25.service", "inference-minimax-m25.service"]
+    assert by_name["qwen35"]["exec_start"].endswith("--api-key ${INFERHOST_API_KEY}")
+    assert '"CUDA_VISIBLE_DEVICES=0,1,2,3"' in by_name["minimax-m25"]["environment_lines"]
+
+
+def test_refusal_fails_the_module_with_every_reason(services):
+    broken = dict(services)
+    broken["minimax-m25"] = {**services["minimax-m25"], "gpus": list(range(8)), "tensor_parallel_size": 8}
+    result = run_module(PLAN, plan_args(broken))
+    assert result["failed"] and result["refused"]
+    assert "service minimax-m25 refused before anything is installed:" in result["msg"]
+    assert "1536/8 = 192 per GPU is not a multiple of the FP8 weight block 128" in result["msg"]
+
+
+def test_inactive_service_without_checkpoint_is_only_a_warning(services):
+    args = plan_args(services)
+    args["services"][1]["model"]["path"] = "/nonexistent/Kimi-K2.5"
+    result = run_module(PLAN, args)
+    assert not result.get("failed"), result.get("msg")
+    assert "no checkpoint at /nonexistent/Kimi-K2.5 yet" in json.dumps(result["warnings"])
+    result = run_module(PLAN, {**args, "active": "kimi-k25"})
+    assert result["failed"] and "no config.json under /nonexistent/Kimi-K2.5" in result["msg"]
+
+
+def test_engine_version_read_from_the_venv(services, tmp_path):
+    dist = tmp_path / "venv/lib/python3.12/site-packages/vllm-0.16.0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 0.16.0\n\nlong description\n")
+    assert PLAN.installed_version(str(tmp_path / "venv"), "vllm") == "0.16.0"
+    assert PLAN.installed_version(str(tmp_path / "venv"), "sglang") is None
+    kimi = {
+        **services["kimi-k25"],
+        "environment": str(tmp_path / "venv"),
+        "kv_cache_dtype": "fp8",
+        "allow_fp8_kv_cache": True,
+    }
+    result = run_module(PLAN, plan_args({**services, "kimi-k25": kimi}, fail_on_refusal=False))
+    kimi_result = next(s for s in result["services"] if s["name"] == "kimi-k25")
+    assert kimi_result["engine_version"] == "0.16.0"
+    assert [r["id"] for r in kimi_result["refusals"]] == ["sm120-vllm-triton-mla-fp8-kv"]
+
+
+def test_duplicate_names_and_unknown_active_are_errors(services):
+    args = plan_args(services)
+    args["services"].append(args["services"][0])
+    assert "names qwen35 more than once" in run_module(PLAN, args)["msg"]
+    assert "'nope' is not one of the services" in run_module(PLAN, plan_args(services, active="nope"))["msg"]
+
+
+@pytest.fixture
+def quant_file(checkpoint):
+    return checkpoint(REFERENCE["qwen35"]) / "hf_quant_config.json"
+
+
+def test_edit_removes_key_with_backup_and_diff(quant_file):
+    result = run_module(EDIT, {"path": str(quant_file), "key": "quantization.kv_cache_quant_algo"})
+    assert result["changed"] and result["before"] == "FP8"
+    assert "kv_cache_quant_algo" not in json.loads(quant_file.read_text())["quantization"]
+    backup = json.loads(Path(result["backup_file"]).read_text())
+    assert backup["quantization"]["kv_cache_quant_algo"] == "FP8"
+    assert '"kv_cache_quant_algo": "FP8"' in result["diff"]["before"]
+    again = run_module(EDIT, {"path": str(quant_file), "key": "quantization.kv_cache_quant_algo"})
+    assert again["changed"] is False and "backup_file" not in again
+
+
+def test_edit_in_check_mode_writes_nothing(quant_file):
+    original = quant_file.read_text()
+    result = run_module(EDIT, {"path": str(quant_file), "key": "quantization.group_size", "_ansible_check_mode": True})
+    assert result["changed"] and quant_file.read_text() == original
+    assert len(list(quant_file.parent.iterdir())) == 2  # no backup either
+
+
+def test_edit_sets_nested_value(quant_file):
+    args = {"path": str(quant_file), "key": "quantization.extra.flag", "state": "present", "value": [1, 2]}
+    result = run_module(EDIT, args)
+    assert result["changed"]
+    assert json.loads(quant_file.read_text())["quantization"]["extra"]["flag"] == [1, 2]
+
+
+def test_edit_errors(tmp_path, quant_file):
+    assert "does not exist" in run_module(EDIT, {"path": str(tmp_path / "none.json"), "key": "a"})["msg"]
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    assert run_module(EDIT, {"path": str(bad), "key": "a"})["failed"]
+    result = run_module(EDIT, {"path": str(quant_file), "key": "producer.name.x", "state": "present", "value": 1})
+    assert "producer.name is not a JSON object" in result["msg"]

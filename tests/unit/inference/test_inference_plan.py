@@ -1,0 +1,319 @@
+"""Plan-time checks: every known-bad case is refused with its message; every reference service passes."""
+
+import copy
+
+import pytest
+import yaml
+from inference import modelconfig
+from inference.plan import format_refusals, parse_version, plan_service, version_below
+from inference_refdata import MODELS, REFERENCE, ROLE
+
+RULES = yaml.safe_load((ROLE / "vars/main.yml").read_text())["__inference_service_known_bad"]
+
+
+def plan(service, model=None, cc="12.0", version=None, **kw):
+    config, quant = modelconfig.load_checkpoint(MODELS / model) if model else (None, None)
+    return plan_service(
+        service,
+        config=config,
+        quant_config=quant,
+        known_bad=RULES,
+        compute_capability=cc,
+        engine_version=version,
+        gpu_count=8,
+        **kw,
+    )
+
+
+def refused(result):
+    return {r["id"]: r for r in result["refusals"]}
+
+
+def variant(services, service_name, **changes):
+    service = copy.deepcopy(services[service_name])
+    for key, value in changes.items():
+        if key in ("args", "env"):
+            service.setdefault(key, {}).update(value)
+        else:
+            service[key] = value
+    return service
+
+
+@pytest.mark.parametrize("name", sorted(REFERENCE))
+def test_reference_services_are_accepted(services, name):
+    result = plan(services[name], REFERENCE[name])
+    assert result["refusals"] == [], format_refusals(name, result["refusals"])
+
+
+def test_rules_are_complete_data():
+    ids = [r["id"] for r in RULES]
+    assert len(ids) == len(set(ids))
+    for rule in RULES:
+        assert {"id", "reason", "fix", "when"} <= set(rule), rule["id"]
+        assert rule.get("engine", "any") in ("any", "vllm", "sglang"), rule["id"]
+
+
+# --- the SM120 matrix: one case per rule, each asserting its message -------------------------------
+
+SM120_CASES = [
+    (
+        "kimi-k25",
+        {"args": {"attention-backend": "FLASHMLA"}},
+        "sm120-vllm-mla-backend",
+        "no kernels for SM120",
+        "TRITON_MLA",
+    ),
+    (
+        "kimi-k25",
+        {"args": {"attention-backend": "FLASHINFER_MLA"}},
+        "sm120-vllm-mla-backend",
+        "TRITON_MLA is the only MLA",
+        "TRITON_MLA",
+    ),
+    (
+        "kimi-k25",
+        {"env": {"VLLM_ATTENTION_BACKEND": "TRITON_MLA"}},
+        "vllm-attention-backend-env",
+        "deprecated and later ignored",
+        "attention-backend",
+    ),
+    ("qwen35", {"args": {"attention-backend": "fa3"}}, "sm120-sglang-fa3", "sm_90a only", "triton"),
+    ("qwen35", {"args": {"attention-backend": "flashmla"}}, "sm120-sglang-sm90-sm100-attention", "99 KB", "triton"),
+    (
+        "qwen35",
+        {"args": {"attention-backend": "trtllm_mha"}},
+        "sm120-sglang-sm90-sm100-attention",
+        "SM90/SM100 only",
+        "triton",
+    ),
+    (
+        "qwen35",
+        {"args": {"moe-runner-backend": "deep_gemm"}},
+        "sm120-sglang-deepgemm-moe",
+        "DeepGEMM has no SM120",
+        "flashinfer_cutlass",
+    ),
+    (
+        "qwen35",
+        {"env": {"SGLANG_ENABLE_JIT_DEEPGEMM": "1"}},
+        "sm120-sglang-jit-deepgemm",
+        "defaults to true",
+        'SGLANG_ENABLE_JIT_DEEPGEMM: "0"',
+    ),
+    (
+        "qwen35",
+        {"args": {"moe-runner-backend": "flashinfer_trtllm"}},
+        "sm120-sglang-sm100-fp4-moe",
+        "written for SM100",
+        "flashinfer_cutlass",
+    ),
+    (
+        "qwen35",
+        {"args": {"fp4-gemm-backend": "flashinfer_trtllm"}},
+        "sm120-sglang-trtllm-fp4-gemm",
+        "SM100 only",
+        "flashinfer_cudnn",
+    ),
+    (
+        "qwen35",
+        {
+            "args": {"enable-pcie-oneshot-allreduce": True},
+            "env": {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"},
+        },
+        "sglang-oneshot-allreduce-expandable-segments",
+        "conflicts with PYTORCH_CUDA_ALLOC_CONF",
+        "expandable_segments",
+    ),
+]
+
+
+@pytest.mark.parametrize("case", SM120_CASES, ids=[c[2] for c in SM120_CASES])
+def test_known_bad_combination_is_refused_with_reason_and_fix(services, case):
+    name, changes, rule, reason, fix = case
+    result = plan(variant(services, name, **changes), REFERENCE[name])
+    hit = refused(result).get(rule)
+    assert hit, f"{rule} not refused: {result['refusals']}"
+    assert reason in hit["reason"]
+    assert fix in hit["fix"]
+    assert rule in {r["id"] for r in RULES}
+
+
+def test_every_rule_has_a_refusal_case():
+    assert {r["id"] for r in RULES} - {c[2] for c in SM120_CASES} == {"sm120-vllm-triton-mla-fp8-kv"}
+
+
+def test_jit_deepgemm_missing_env_is_refused(services):
+    service = copy.deepcopy(services["qwen35"])
+    del service["env"]["SGLANG_ENABLE_JIT_DEEPGEMM"]
+    assert "sm120-sglang-jit-deepgemm" in refused(plan(service, REFERENCE["qwen35"]))
+
+
+def test_sm120_rules_do_not_apply_to_other_gpus(services):
+    service = variant(services, "qwen35", args={"attention-backend": "fa3"})
+    assert "sm120-sglang-fa3" not in refused(plan(service, REFERENCE["qwen35"], cc="9.0"))
+
+
+def test_triton_mla_fp8_kv_is_version_gated(services):
+    service = variant(services, "kimi-k25", kv_cache_dtype="fp8_e4m3", allow_fp8_kv_cache=True)
+    old = plan(service, REFERENCE["kimi-k25"], version="0.16.0")
+    assert "NotImplementedError" in refused(old)["sm120-vllm-triton-mla-fp8-kv"]["reason"]
+    assert "sm120-vllm-triton-mla-fp8-kv" not in refused(plan(service, REFERENCE["kimi-k25"], version="0.17.1"))
+    unknown = plan(service, REFERENCE["kimi-k25"])
+    assert "installed version is unknown" in refused(unknown)["sm120-vllm-triton-mla-fp8-kv"]["reason"]
+    assert any("engine_version" in w for w in unknown["warnings"])
+
+
+# --- tensor parallel against config.json -----------------------------------------------------------
+
+
+def test_minimax_tp8_refused_for_the_fp8_block(services):
+    service = variant(services, "minimax-m25", gpus=list(range(8)), tensor_parallel_size=8)
+    hit = refused(plan(service, REFERENCE["minimax-m25"]))["tp.expert_intermediate_size"]
+    assert (
+        "expert intermediate size 1536/8 = 192 per GPU is not a multiple of the FP8 weight block 128" in hit["reason"]
+    )
+    assert hit["fix"] == (
+        "tensor_parallel_size 4 or tensor_parallel_size 8 with expert_parallel: true (each GPU holds whole experts)"
+    )
+
+
+def test_minimax_tp8_with_expert_parallel_is_accepted(services):
+    service = variant(services, "minimax-m25", gpus=list(range(8)), tensor_parallel_size=8, expert_parallel=True)
+    assert plan(service, REFERENCE["minimax-m25"])["refusals"] == []
+
+
+def test_heads_that_do_not_divide_are_refused(services):
+    service = variant(services, "minimax-m25", gpus=list(range(5)), tensor_parallel_size=5)
+    reasons = " ".join(r["reason"] for r in plan(service, REFERENCE["minimax-m25"])["refusals"])
+    assert "attention heads 48 is not divisible by TP 5" in reasons
+
+
+def test_fewer_kv_heads_than_gpus_must_divide_the_tp_size(services, tmp_path):
+    config = modelconfig.load_checkpoint(MODELS / REFERENCE["qwen35"])[0]
+    config["text_config"]["num_key_value_heads"] = 3
+    service = services["qwen35"]
+    result = plan_service(service, config=config, known_bad=RULES, compute_capability="12.0", gpu_count=8)
+    assert "TP 8 is not a multiple of the 3 KV heads" in refused(result)["tp.KV_heads"]["reason"]
+
+
+def test_group_quantization_granule(services):
+    config = modelconfig.load_checkpoint(MODELS / REFERENCE["kimi-k25"])[0]
+    config["text_config"]["quantization_config"]["config_groups"]["group_0"]["weights"]["group_size"] = 512
+    service = variant(services, "kimi-k25", expert_parallel=False)
+    result = plan_service(service, config=config, known_bad=RULES, compute_capability="12.0", gpu_count=8)
+    assert "2048/8 = 256 per GPU is not a multiple of the int4 group 512" in " ".join(
+        r["reason"] for r in result["refusals"]
+    )
+
+
+def test_missing_config_is_refused(services):
+    hit = refused(plan(services["qwen35"]))["config"]
+    assert "no config.json under /srv/models/Qwen3.5-397B-A17B-NVFP4: the model cannot be checked" in hit["reason"]
+
+
+# --- KV cache --------------------------------------------------------------------------------------
+
+
+def test_fp8_kv_cache_needs_opt_in(services):
+    service = variant(services, "minimax-m25", kv_cache_dtype="fp8_e4m3")
+    hit = refused(plan(service, REFERENCE["minimax-m25"]))["kv_cache.quantized"]
+    assert "quantizes the KV cache" in hit["reason"]
+    assert "allow_fp8_kv_cache: true" in hit["fix"]
+    service["allow_fp8_kv_cache"] = True
+    assert plan(service, REFERENCE["minimax-m25"])["refusals"] == []
+
+
+def test_auto_kv_cache_with_a_checkpoint_that_declares_fp8_is_refused(services):
+    service = variant(services, "qwen35", kv_cache_dtype="auto")
+    hit = refused(plan(service, REFERENCE["qwen35"]))["kv_cache.declared"]
+    assert "declares a FP8 KV cache" in hit["reason"]
+    assert hit["fix"].startswith("kv_cache_dtype: bf16")
+
+
+def test_auto_kv_cache_without_declaration_is_accepted(services):
+    service = variant(services, "minimax-m25", kv_cache_dtype="auto")
+    assert plan(service, REFERENCE["minimax-m25"])["refusals"] == []
+
+
+# --- service data ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("changes", "ident", "text"),
+    [
+        ({"args": {"kv-cache-dtype": "fp8"}}, "args.kv-cache-dtype", "derives from kv_cache_dtype"),
+        ({"args": {"--port": 9000}}, "args.--port", "derives from port"),
+        ({"args": {"tp_size": 8}}, "args.tp_size", "derives from tensor_parallel_size"),
+        ({"name": "Bad Name"}, "name", "not a valid unit name part"),
+        ({"engine": "tgi"}, "engine", "not supported"),
+        ({"gpus": [0, 0]}, "gpus", "distinct GPU indices"),
+        ({"gpus": [8, 9]}, "gpus", "beyond the 8 of this machine"),
+        ({"env": {"BAD-NAME": "1"}}, "env.BAD-NAME", "is invalid"),
+        ({"port": 70000}, "port", "not a TCP port"),
+    ],
+)
+def test_service_data_errors(services, changes, ident, text):
+    service = variant(services, "minimax-m25", **changes)
+    hit = refused(plan(service, REFERENCE["minimax-m25"])).get(ident)
+    assert hit and text in hit["reason"], plan(service, REFERENCE["minimax-m25"])["refusals"]
+
+
+def test_refusal_message_names_service_reason_and_fix(services):
+    service = variant(services, "minimax-m25", gpus=list(range(8)), tensor_parallel_size=8)
+    message = format_refusals("minimax-m25", plan(service, REFERENCE["minimax-m25"])["refusals"])
+    assert message.startswith("service minimax-m25 refused before anything is installed:")
+    assert "Fix: tensor_parallel_size 4 or" in message
+
+
+# --- version-gated checkpoint edits ------------------------------------------------------------------
+
+EDIT = {
+    "file": "hf_quant_config.json",
+    "key": "quantization.kv_cache_quant_algo",
+    "state": "absent",
+    "reason": "TRITON_MLA rejected the declared FP8 KV cache",
+    "needed_below": "0.17.0",
+    "change": "vllm#34597",
+}
+
+
+def test_checkpoint_edit_still_needed_on_old_engine(services):
+    service = variant(services, "kimi-k25", checkpoint_edits=[EDIT])
+    result = plan(service, REFERENCE["kimi-k25"], version="0.16.0")
+    assert result["refusals"] == [] and result["edits"] == [EDIT]
+
+
+def test_checkpoint_edit_refused_once_the_engine_fixed_it(services):
+    service = variant(services, "kimi-k25", checkpoint_edits=[EDIT])
+    result = plan(service, REFERENCE["kimi-k25"], version="0.17.0")
+    hit = refused(result)["edit.hf_quant_config.json:quantization.kv_cache_quant_algo"]
+    assert "not needed with vllm 0.17.0: fixed from 0.17.0 (vllm#34597)" in hit["reason"]
+    assert "restore hf_quant_config.json from its backup" in hit["fix"]
+    assert result["edits"] == []
+
+
+def test_checkpoint_edit_with_unknown_engine_version_is_applied_with_a_warning(services):
+    result = plan(variant(services, "kimi-k25", checkpoint_edits=[EDIT]), REFERENCE["kimi-k25"])
+    assert result["edits"] == [EDIT]
+    assert any("engine version unknown" in w for w in result["warnings"])
+
+
+@pytest.mark.parametrize(
+    ("version", "bound", "below"),
+    [
+        ("0.16.0", "0.17.0", True),
+        ("0.17.0", "0.17.0", False),
+        ("0.17.0rc1", "0.17.0", True),
+        ("0.17.1.dev5+g1234abc", "0.17.0", False),
+        ("0.17", "0.17.0", False),
+        ("1.0.0", "0.17.0", False),
+    ],
+)
+def test_version_comparison(version, bound, below):
+    assert version_below(version, bound) is below
+
+
+def test_unparsable_version_is_an_error():
+    assert parse_version("nightly") is None
+    with pytest.raises(ValueError, match="cannot compare"):
+        version_below("nightly", "0.17.0")
