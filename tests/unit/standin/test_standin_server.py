@@ -1,0 +1,181 @@
+"""The stand-in OpenAI-compatible server the molecule scenario and the benchmark tests run against."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+SERVER = Path(__file__).resolve().parents[2] / "standin" / "openai_standin.py"
+
+
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Standin:
+    def __init__(self, *args, env=None):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        argv = [sys.executable, str(SERVER), *args, "--port", str(self.port)]
+        self.proc = subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, **(env or {})}
+        )
+        for _ in range(200):
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.1).close()
+                return
+            except OSError:
+                time.sleep(0.02)
+        raise RuntimeError("stand-in did not listen")
+
+    def request(self, path, body=None, key=None):
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(self.url + path, data=data, method="POST" if data else "GET")
+        req.add_header("Content-Type", "application/json")
+        if key:
+            req.add_header("Authorization", f"Bearer {key}")
+        try:
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                return resp.status, resp.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode()
+
+    def wait_ready(self):
+        for _ in range(300):
+            if self.request("/health")[0] == 200:
+                return
+            time.sleep(0.02)
+        raise RuntimeError("stand-in never became ready")
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+        self.proc.wait(timeout=10)
+        return self.proc.stdout.read()
+
+
+@pytest.fixture
+def standin():
+    servers = []
+
+    def start(*args, env=None):
+        server = Standin(*args, env=env)
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
+def chat(server, max_tokens=64, **extra):
+    body = {"model": "M", "messages": [{"role": "user", "content": "hello"}], "max_tokens": max_tokens, **extra}
+    status, text = server.request("/v1/chat/completions", body)
+    return status, json.loads(text)
+
+
+def test_loading_answers_503_then_ready(standin):
+    server = standin("serve", "/models/M", "--load-delay", "1")
+    assert server.request("/health")[0] == 503
+    assert server.request("/v1/models")[0] == 503
+    server.wait_ready()
+    status, text = server.request("/v1/models")
+    assert status == 200
+    assert json.loads(text)["data"][0]["id"] == "M"
+    log = server.stop()
+    assert "Loading safetensors checkpoint shards: 1/1 (/models/M)" in log
+    assert "ready to roll" in log
+
+
+def test_sglang_style_command_line_and_ignored_flags(standin):
+    server = standin("--model-path", "/m/X", "--served-model-name", "Y", "--tp-size", "8", "--attention-backend", "x")
+    server.wait_ready()
+    assert json.loads(server.request("/v1/models")[1])["data"][0]["id"] == "Y"
+    assert "ignoring engine flags: --tp-size 8 --attention-backend x" in server.stop()
+
+
+def test_chat_completion_is_deterministic_and_stops(standin):
+    server = standin("serve", "/m/M")
+    server.wait_ready()
+    status, first = chat(server)
+    assert status == 200
+    choice = first["choices"][0]
+    assert choice["finish_reason"] == "stop"
+    assert len(choice["message"]["content"].split()) == 24
+    assert chat(server)[1]["choices"][0]["message"] == choice["message"]
+    assert first["usage"]["completion_tokens"] == 24
+
+
+def test_ignore_eos_runs_to_max_tokens(standin):
+    server = standin("serve", "/m/M")
+    server.wait_ready()
+    choice = chat(server, max_tokens=40, ignore_eos=True)[1]["choices"][0]
+    assert len(choice["message"]["content"].split()) == 40
+    assert choice["finish_reason"] == "length"
+
+
+def test_reasoning_mode_spends_max_tokens_on_reasoning(standin):
+    server = standin("serve", "/m/M", env={"STANDIN_REASONING": "1", "STANDIN_REASONING_TOKENS": "50"})
+    server.wait_ready()
+    message = chat(server, max_tokens=32)[1]["choices"][0]
+    assert message["message"]["content"] is None
+    assert len(message["message"]["reasoning_content"].split()) == 32
+    assert message["finish_reason"] == "length"
+    roomy = chat(server, max_tokens=200)[1]["choices"][0]
+    assert roomy["message"]["content"] and roomy["finish_reason"] == "stop"
+
+
+def test_streaming_sends_one_event_per_token_and_usage(standin):
+    server = standin("serve", "/m/M", "--token-latency", "0")
+    server.wait_ready()
+    body = {
+        "model": "M",
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": 10,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    status, text = server.request("/v1/chat/completions", body)
+    assert status == 200
+    events = [line[6:] for line in text.splitlines() if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    tokens = [c for c in chunks if c["choices"] and c["choices"][0]["delta"].get("content")]
+    assert len(tokens) == 10
+    assert chunks[-1]["usage"]["completion_tokens"] == 10
+
+
+def test_api_key_and_model_name_are_enforced(standin):
+    server = standin("serve", "/m/M", "--api-key", "s3cret")
+    server.wait_ready()
+    assert server.request("/health")[0] == 200  # like vLLM: health needs no key
+    assert server.request("/v1/models")[0] == 401
+    assert server.request("/v1/models", key="s3cret")[0] == 200
+    body = {"model": "other", "messages": []}
+    assert server.request("/v1/chat/completions", body, key="s3cret")[0] == 404
+
+
+def test_crash_switch_exits_with_failure(standin):
+    server = standin("serve", "/m/M")
+    server.wait_ready()
+    assert server.request("/standin/crash", {})[0] == 200
+    assert server.proc.wait(timeout=10) == 3
+
+
+def test_holds_files_open(standin, tmp_path):
+    node = tmp_path / "nvidia0"
+    node.write_text("")
+    server = standin("serve", "/m/M", env={"STANDIN_HOLD": str(node)})
+    server.wait_ready()
+    fds = Path(f"/proc/{server.proc.pid}/fd")
+    assert any(os.readlink(fd) == str(node) for fd in fds.iterdir())
