@@ -1,0 +1,27 @@
+# The two commands of the README, and a few helpers. Run as root on Debian or Ubuntu.
+SHELL := /bin/bash
+VENV := .venv/bin
+export CONTAINERS_CONF := $(CURDIR)/containers.conf
+
+.PHONY: demo test bootstrap lint lab-down lab-status
+
+## demo: set everything up, bring up the local lab and converge site.yml against it
+demo: bootstrap
+	$(VENV)/inferhost-lab up
+
+## test: every test layer that CI runs (static, unit, API contract, molecule, lab)
+# pytest's exit code 5 means it collected no test: a broken suite, reported as such.
+test: bootstrap
+	@$(VENV)/pytest; rc=$$?; [ $$rc != 5 ] || echo "make test: pytest collected no tests"; exit $$rc
+
+bootstrap:
+	@scripts/bootstrap.sh
+
+lint: bootstrap
+	$(VENV)/pytest -m static
+
+lab-down:
+	$(VENV)/inferhost-lab down
+
+lab-status:
+	$(VENV)/inferhost-lab status

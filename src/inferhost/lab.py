@@ -1,0 +1,305 @@
+"""The local lab: a fake Proxmox API and podman guests that the whole stack converges against.
+
+    inferhost-lab up        build what is missing, start the lab, converge site.yml, print a summary
+    inferhost-lab converge  converge site.yml again (add --check for a dry run)
+    inferhost-lab status    what runs
+    inferhost-lab down      remove the containers and stop the fake API
+
+Everything the lab needs to know comes from inventory/lab (hosts, image releases, the fake API's
+guests); state lives in .cache/lab. Playbooks run through ansible-runner, and the summary is built
+from its event stream.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from inferhost.runner import PlaybookResult, run_playbook
+
+ROOT = Path(__file__).resolve().parents[2]
+INVENTORY = ROOT / "inventory" / "lab"
+STATE = ROOT / ".cache" / "lab"
+CONTAINER_PREFIX = "inferhost-"
+
+
+class LabError(RuntimeError):
+    """A step of the lab failed; the message says which and why."""
+
+
+@dataclass
+class Lab:
+    hosts: dict[str, dict]
+    proxmox: dict
+    timings: list[tuple[str, float, str]] = field(default_factory=list)
+
+    @classmethod
+    def from_inventory(cls) -> Lab:
+        out = subprocess.run(
+            ["ansible-inventory", "-i", str(INVENTORY / "hosts.yml"), "--list"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if out.returncode != 0:
+            raise LabError(f"cannot read the lab inventory: {out.stderr.strip()}")
+        hostvars = json.loads(out.stdout)["_meta"]["hostvars"]
+        proxmox = next(iter(hostvars.values()))["lab_proxmox"]
+        return cls(hosts=hostvars, proxmox=proxmox)
+
+    def step(self, name: str, func, *args) -> object:
+        print(f"==> {name}", flush=True)
+        start = time.monotonic()
+        result = func(*args)
+        elapsed = time.monotonic() - start
+        note = result if isinstance(result, str) else ""
+        self.timings.append((name, elapsed, note))
+        return result
+
+
+def podman(*argv: str, check: bool = True) -> subprocess.CompletedProcess:
+    env = {**os.environ, "CONTAINERS_CONF": os.environ.get("CONTAINERS_CONF", str(ROOT / "containers.conf"))}
+    proc = subprocess.run(["podman", *argv], capture_output=True, text=True, env=env, check=False)
+    if check and proc.returncode != 0:
+        raise LabError(f"podman {' '.join(argv)}: {proc.stderr.strip() or proc.stdout.strip()}")
+    return proc
+
+
+def build_images(lab: Lab) -> str:
+    releases = sorted({v["lab_image_release"] for v in lab.hosts.values()})
+    proc = subprocess.run([str(ROOT / "scripts" / "build-images.sh"), *releases], text=True, check=False)
+    if proc.returncode != 0:
+        raise LabError("building the base images failed (see above)")
+    return ", ".join(releases)
+
+
+# --- the fake Proxmox API ---------------------------------------------------------------------------
+
+
+def _pid_alive(pidfile: Path) -> int | None:
+    try:
+        pid = int(pidfile.read_text())
+        os.kill(pid, 0)
+    except (OSError, ValueError):
+        return None
+    return pid
+
+
+def _port_open(host: str, port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex((host, port)) == 0
+
+
+def fakepve_guests(proxmox: dict) -> dict:
+    ct, vm = proxmox["container"], proxmox["vm"]
+    return {
+        "guests": [
+            {
+                "type": "lxc",
+                "vmid": ct["vmid"],
+                "name": ct["name"],
+                "node": proxmox["node"],
+                "status": ct["status"],
+                "config": {"hostname": ct["name"], "ostype": "ubuntu", "arch": "amd64", "memory": 65536},
+                "shutdown_secs": 5,
+            },
+            {
+                "vmid": vm["vmid"],
+                "name": vm["name"],
+                "node": proxmox["node"],
+                "status": vm["status"],
+                "config": {"machine": "q35", "bios": "ovmf", "memory": 65536, "cores": 16},
+                "shutdown_secs": 10,
+            },
+        ]
+    }
+
+
+def start_fakepve(lab: Lab) -> str:
+    px = lab.proxmox
+    STATE.mkdir(parents=True, exist_ok=True)
+    pidfile = STATE / "fakepve.pid"
+    if _pid_alive(pidfile) and _port_open(px["host"], px["port"]):
+        return "already running"
+    from fakepve.certs import make_cert
+
+    certfile, keyfile, _ = make_cert(str(STATE), name="fakepve", hosts=(px["host"],))
+    guests = STATE / "guests.json"
+    guests.write_text(json.dumps(fakepve_guests(px), indent=2))
+    (STATE / "pve-password").write_text(px["password"] + "\n")
+    (STATE / "pve-password").chmod(0o600)
+    log = (STATE / "fakepve.log").open("w")
+    argv = [sys.executable, "-m", "fakepve", str(guests), "--host", px["host"], "--port", str(px["port"])]
+    argv += ["--user", px["user"], "--password", px["password"], "--cert", certfile, "--key", keyfile]
+    # PVE seconds run ten times faster than real ones: guest shutdowns take a second, not ten.
+    argv += ["--time-scale", "0.1"]
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    pidfile.write_text(str(proc.pid))
+    deadline = time.monotonic() + 30
+    while not _port_open(px["host"], px["port"]):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise LabError(f"fakepve did not start: {(STATE / 'fakepve.log').read_text()[-2000:]}")
+        time.sleep(0.2)
+    return f"https://{px['host']}:{px['port']} (CA {Path(certfile).relative_to(ROOT)})"
+
+
+def api_summary(lab: Lab) -> str:
+    from proxmoxer import ProxmoxAPI
+
+    px = lab.proxmox
+    api = ProxmoxAPI(
+        px["host"], port=px["port"], user=px["user"], password=px["password"], verify_ssl=str(STATE / "fakepve.crt")
+    )
+    node = api.nodes(px["node"])
+    ct = node.lxc(px["container"]["vmid"]).status.current.get()
+    vm = node.qemu(px["vm"]["vmid"]).status.current.get()
+    return f"CT {px['container']['vmid']} {ct['status']}, VM {px['vm']['vmid']} {vm['status']}"
+
+
+def stop_fakepve() -> None:
+    pid = _pid_alive(STATE / "fakepve.pid")
+    if pid:
+        os.killpg(pid, signal.SIGTERM)
+
+
+# --- the podman machines ----------------------------------------------------------------------------
+
+
+def start_containers(lab: Lab) -> str:
+    started = []
+    for host, hv in sorted(lab.hosts.items()):
+        name = CONTAINER_PREFIX + host
+        state = podman("container", "inspect", "--format", "{{.State.Running}}", name, check=False)
+        if state.returncode == 0 and state.stdout.strip() == "true":
+            continue
+        podman("rm", "-f", name, check=False)
+        argv = ["run", "-d", "--name", name, "--hostname", host, "--systemd", "always"]
+        if hv.get("lab_host_network"):
+            argv += ["--network", "host"]
+        podman(*argv, f"localhost/debian-systemd:{hv['lab_image_release']}", "/sbin/init")
+        started.append(host)
+    for host in sorted(lab.hosts):
+        wait_for_systemd(CONTAINER_PREFIX + host)
+    return "started " + ", ".join(started) if started else "already running"
+
+
+def wait_for_systemd(name: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        state = podman("exec", name, "systemctl", "is-system-running", check=False).stdout.strip()
+        if state in {"running", "degraded"}:
+            return
+        if time.monotonic() > deadline:
+            raise LabError(f"{name}: systemd did not finish booting in {timeout:.0f}s (state {state or 'unknown'})")
+        time.sleep(1)
+
+
+def remove_containers(lab: Lab) -> None:
+    for host in sorted(lab.hosts):
+        podman("rm", "-f", "-t", "2", CONTAINER_PREFIX + host, check=False)
+
+
+# --- converging -------------------------------------------------------------------------------------
+
+
+def converge(lab: Lab, check: bool = False) -> PlaybookResult:
+    result = run_playbook(
+        ROOT / "site.yml",
+        inventory=INVENTORY / "hosts.yml",
+        private_dir=STATE / "runner",
+        check=check,
+        project_dir=ROOT,
+    )
+    if result.status != "successful":
+        raise LabError(f"site.yml {result.status}: {result.first_failure or 'see the output above'}")
+    return result
+
+
+def print_summary(lab: Lab, result: PlaybookResult | None) -> None:
+    print("\nLab summary")
+    width = max(len(name) for name, _, _ in lab.timings) if lab.timings else 10
+    for name, secs, note in lab.timings:
+        print(f"  {name:<{width}}  {secs:7.1f} s  {note}")
+    if result:
+        print("\n  site.yml by play:")
+        for play in result.plays:
+            print(
+                f"    {play.name:<40} {play.seconds:6.1f} s  tasks={play.tasks:<3} ok={play.ok:<3} "
+                f"changed={play.changed:<3} failed={play.failed}"
+            )
+        print(f"  total: changed={result.changed} failed={result.failed} on {len(result.hosts)} hosts")
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    lab = Lab.from_inventory()
+    lab.step("base images", build_images, lab)
+    lab.step("fake Proxmox API", start_fakepve, lab)
+    lab.step("podman machines", start_containers, lab)
+    result = lab.step("converge site.yml" + (" (check)" if args.check else ""), converge, lab, args.check)
+    lab.timings[-1] = (*lab.timings[-1][:2], f"changed={result.changed}")
+    lab.step("Proxmox API state", api_summary, lab)
+    print_summary(lab, result)
+    return 0
+
+
+def cmd_converge(args: argparse.Namespace) -> int:
+    lab = Lab.from_inventory()
+    result = lab.step("converge site.yml" + (" (check)" if args.check else ""), converge, lab, args.check)
+    lab.timings[-1] = (*lab.timings[-1][:2], f"changed={result.changed}")
+    print_summary(lab, result)
+    return 0
+
+
+def cmd_status(_: argparse.Namespace) -> int:
+    lab = Lab.from_inventory()
+    pid = _pid_alive(STATE / "fakepve.pid")
+    print(f"fake Proxmox API: {'running (pid %d)' % pid if pid else 'stopped'}")
+    for host in sorted(lab.hosts):
+        state = podman("container", "inspect", "--format", "{{.State.Status}}", CONTAINER_PREFIX + host, check=False)
+        print(f"{host}: {state.stdout.strip() if state.returncode == 0 else 'absent'}")
+    if pid:
+        print(f"API: {api_summary(lab)}")
+    return 0
+
+
+def cmd_down(_: argparse.Namespace) -> int:
+    lab = Lab.from_inventory()
+    remove_containers(lab)
+    stop_fakepve()
+    for leftover in ("fakepve.pid", "guests.json", "pve-password", "fakepve.key"):
+        (STATE / leftover).unlink(missing_ok=True)
+    print("lab removed")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="inferhost-lab", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    up = sub.add_parser("up", help="start the lab and converge site.yml")
+    up.add_argument("--check", action="store_true", help="converge in check mode (with --diff)")
+    conv = sub.add_parser("converge", help="converge site.yml against the running lab")
+    conv.add_argument("--check", action="store_true", help="check mode (with --diff): show, change nothing")
+    sub.add_parser("status", help="show what runs")
+    sub.add_parser("down", help="remove the lab")
+    args = parser.parse_args(argv)
+    handler = {"up": cmd_up, "converge": cmd_converge, "status": cmd_status, "down": cmd_down}[args.command]
+    os.environ.setdefault("CONTAINERS_CONF", str(ROOT / "containers.conf"))
+    try:
+        return handler(args)
+    except LabError as exc:
+        print(f"inferhost-lab: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
