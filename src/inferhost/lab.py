@@ -23,6 +23,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fakepve.certs import make_cert
+from proxmoxer import ProxmoxAPI
+
 from inferhost.runner import PlaybookResult, run_playbook
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -131,8 +134,6 @@ def start_fakepve(lab: Lab) -> str:
     pidfile = STATE / "fakepve.pid"
     if _pid_alive(pidfile) and _port_open(px["host"], px["port"]):
         return "already running"
-    from fakepve.certs import make_cert
-
     certfile, keyfile, _ = make_cert(str(STATE), name="fakepve", hosts=(px["host"],))
     guests = STATE / "guests.json"
     guests.write_text(json.dumps(fakepve_guests(px), indent=2))
@@ -154,8 +155,6 @@ def start_fakepve(lab: Lab) -> str:
 
 
 def api_summary(lab: Lab) -> str:
-    from proxmoxer import ProxmoxAPI
-
     px = lab.proxmox
     api = ProxmoxAPI(
         px["host"], port=px["port"], user=px["user"], password=px["password"], verify_ssl=str(STATE / "fakepve.crt")
@@ -263,7 +262,7 @@ def cmd_converge(args: argparse.Namespace) -> int:
 def cmd_status(_: argparse.Namespace) -> int:
     lab = Lab.from_inventory()
     pid = _pid_alive(STATE / "fakepve.pid")
-    print(f"fake Proxmox API: {'running (pid %d)' % pid if pid else 'stopped'}")
+    print(f"fake Proxmox API: {f'running (pid {pid})' if pid else 'stopped'}")
     for host in sorted(lab.hosts):
         state = podman("container", "inspect", "--format", "{{.State.Status}}", CONTAINER_PREFIX + host, check=False)
         print(f"{host}: {state.stdout.strip() if state.returncode == 0 else 'absent'}")
