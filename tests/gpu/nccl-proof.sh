@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Real-GPU layer (run by hand on a machine with NVIDIA GPUs, PyTorch and NCCL; results go to docs/):
+# prove that the NCCL settings the stack writes reach NCCL, and measure all-reduce with and without them.
+#
+#   tests/gpu/nccl-proof.sh OUTDIR
+#
+# Runs, in order, with NCCL_DEBUG=INFO:
+#   baseline   nothing of the stack applied
+#   conf-file  /etc/nccl.conf only (the process environment has no NCCL_* set)
+#   stack      /etc/nccl.conf + the .pth hook in the Python environment
+#   override   the stack, with NCCL_PROTO=Simple set by the user (the user's value must win)
+# then removes everything the role placed (nccl_tuning_state=absent).
+set -euo pipefail
+out=${1:?usage: $0 OUTDIR}
+mkdir -p "$out"
+cd "$(dirname "$0")/../.."
+export ANSIBLE_CONFIG=$PWD/ansible.cfg ANSIBLE_LOCAL_TEMP=/tmp/ansible-local ANSIBLE_NOCOLOR=1
+py=$(command -v python3)
+venv=$("$py" -c 'import sys; print(sys.prefix)')
+[ "$venv" != "$("$py" -c 'import sys; print(sys.base_prefix)')" ] || { echo "python3 is not in a venv" >&2; exit 2; }
+[ -z "${NCCL_PROTO:-}${NCCL_ALGO:-}${NCCL_P2P_LEVEL:-}" ] || { echo "unset NCCL_PROTO/ALGO/P2P_LEVEL first" >&2; exit 2; }
+
+apply() { ansible-playbook -i localhost, -e ansible_python_interpreter="$py" tests/gpu/apply_nccl_tuning.yml "$@" >>"$out/ansible.log" 2>&1; }
+bench() {
+  local label=$1; shift
+  echo "== $label"
+  env NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,ENV "$@" "$py" scripts/nccl_allreduce.py --label "$label" \
+      --json "$out/$label.json" >"$out/$label.log" 2>&1 || { tail -n 40 "$out/$label.log"; return 1; }
+  grep -E "^\[$label\]" "$out/$label.log"
+  grep -hoE "NCCL_(PROTO|ALGO|P2P_LEVEL) set by environment to [A-Za-z]+" "$out/$label.log" | sort | uniq -c || true
+}
+
+apply -e nccl_tuning_state=absent -e nccl_proof_env="$venv"
+bench baseline
+apply -e nccl_proof_env=
+echo "-- /etc/nccl.conf:"; grep -v '^#' /etc/nccl.conf | grep .
+bench conf-file
+apply -e nccl_proof_env="$venv"
+echo "-- hook: $(ls "$("$py" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')"/*nccl*.pth)"
+bench stack
+bench override NCCL_PROTO=Simple
+apply -e nccl_proof_env="$venv" >/dev/null
+echo "-- second apply: $(grep -oE 'changed=[0-9]+' "$out/ansible.log" | tail -n1)"
+apply -e nccl_tuning_state=absent -e nccl_proof_env="$venv"
+test ! -e /etc/nccl.conf && echo "-- removed: /etc/nccl.conf and the hook"
