@@ -1,0 +1,156 @@
+"""Configuration: the issue's schema, strict validation, environment overrides, exit 2 on any error."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from gpu_switch import cli
+from gpu_switch.config import load_config, parse_config, read_secret
+from gpu_switch.errors import EXIT_USAGE, ConfigError
+
+BASE = {
+    "proxmox": {
+        "host": "127.0.0.1",
+        "port": 8006,
+        "user": "root@pam",
+        "password_file": "/etc/gpu-switch/password",
+        "verify_ssl": True,
+        "ca_file": None,
+        "node": "pve1",
+    },
+    "container": {"vmid": 101},
+    "vm": {"vmid": 201},
+    "gpus": ["0000:01:00.0", "0000:02:00.0"],
+    "drivers": {"host": "nvidia", "passthrough": "vfio-pci"},
+    "roots": {"sysfs": "/sys", "proc": "/proc", "run": "/run"},
+}
+
+
+def with_(path, value):
+    data = {k: (dict(v) if isinstance(v, dict) else v) for k, v in BASE.items()}
+    keys = path.split(".")
+    node = data
+    for key in keys[:-1]:
+        node = node.setdefault(key, {})
+    if value is KeyError:
+        node.pop(keys[-1], None)
+    else:
+        node[keys[-1]] = value
+    return data
+
+
+def test_the_issue_example_loads_with_its_values():
+    cfg = parse_config(BASE, "c.yml", environ={})
+    assert cfg.proxmox.node == "pve1" and cfg.proxmox.is_root_pam and cfg.proxmox.verify_ssl
+    assert (cfg.container_vmid, cfg.vm_vmid) == (101, 201)
+    assert cfg.gpus == ("0000:01:00.0", "0000:02:00.0")
+    assert (cfg.host_driver, cfg.passthrough_driver) == ("nvidia", "vfio-pci")
+    assert (cfg.roots.sysfs, cfg.roots.proc, cfg.roots.run) == ("/sys", "/proc", "/run")
+    # The journal must survive a reboot, so with the default /run it does not live there.
+    assert cfg.journal_path == "/var/lib/gpu-switch/journal.json"
+    assert cfg.lock_path == "/run/gpu-switch/lock"
+
+
+def test_environment_roots_win_over_the_file_and_the_journal_follows_a_moved_run_root():
+    env = {"GPU_SWITCH_SYSFS_ROOT": "/tmp/s", "GPU_SWITCH_PROC_ROOT": "/tmp/p", "GPU_SWITCH_RUN_ROOT": "/tmp/r"}
+    cfg = parse_config(BASE, "c.yml", environ=env)
+    assert (cfg.roots.sysfs, cfg.roots.proc, cfg.roots.run) == ("/tmp/s", "/tmp/p", "/tmp/r")
+    assert cfg.journal_path == "/tmp/r/gpu-switch/journal.json"
+
+
+def test_short_addresses_are_normalised_and_gpu_match_is_accepted():
+    assert parse_config(with_("gpus", ["01:00.0"]), environ={}).gpus == ("0000:01:00.0",)
+    data = with_("gpus", KeyError)
+    data["gpu_match"] = {"vendor": "0x10DE", "class": "0x0300"}
+    assert parse_config(data, environ={}).gpu_match == {"vendor": "0x10de", "class": ["0x0300"]}
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "message"),
+    [
+        ("proxmox.node", KeyError, "proxmox.node: is required"),
+        ("proxmox.colour", "red", "proxmox: unknown key 'colour'"),
+        ("proxmox.port", "8006", "proxmox.port: must be an integer"),
+        ("proxmox.verify_ssl", "yes", "proxmox.verify_ssl: must be true or false"),
+        ("proxmox.user", "root@pam!tok", "is not a user@realm"),
+        ("proxmox.password_file", "password", "is not an absolute path"),
+        ("container.vmid", 42, "container.vmid: 42 is not a vmid"),
+        ("vm.vmid", 101, "same vmid 101"),
+        ("gpus", ["0000:01:00"], "gpus[0]: '0000:01:00' is not a PCI address"),
+        ("gpus", ["0000:01:00.0", "01:00.0"], "gpus[1]: 0000:01:00.0 is listed twice"),
+        ("gpus", [], "must be a non-empty list"),
+        ("drivers.passthrough", "nvidia", "host and passthrough drivers must differ"),
+        ("drivers.host", "nv idia", "is not a driver name"),
+        ("roots.sysfs", "sys", "roots.sysfs: 'sys' is not an absolute path"),
+        ("vm.hostpci_options", "pcie=1,x-vga=maybe", "vm.hostpci_options"),
+        ("timeouts.shutdown", -1, "timeouts.shutdown: must be a positive number"),
+        ("persistenced_unit", "nvidia persistenced", "is not a systemd service name"),
+        ("proxmox.ca_file", "/etc/ca.pem", "ca_file is set but verify_ssl is false"),
+        ("colour", 1, "unknown key 'colour'"),
+    ],
+)
+def test_each_bad_value_is_named_in_one_line(path, value, message):
+    data = with_(path, value)
+    if path == "proxmox.ca_file":
+        data["proxmox"]["verify_ssl"] = False
+    with pytest.raises(ConfigError) as err:
+        parse_config(data, "c.yml", environ={})
+    assert message in err.value.reason
+    assert "\n" not in err.value.reason
+    assert err.value.exit_code == EXIT_USAGE
+
+
+def test_gpus_and_gpu_match_together_or_neither_are_refused():
+    data = with_("gpu_match", {"vendor": "0x10de"})
+    with pytest.raises(ConfigError, match="either gpus or gpu_match"):
+        parse_config(data, environ={})
+    with pytest.raises(ConfigError, match="name the GPUs"):
+        parse_config(with_("gpus", KeyError), environ={})
+
+
+def test_relative_environment_root_is_refused():
+    with pytest.raises(ConfigError, match="GPU_SWITCH_RUN_ROOT"):
+        parse_config(BASE, environ={"GPU_SWITCH_RUN_ROOT": "run"})
+
+
+def test_yaml_errors_and_missing_files(tmp_path):
+    bad = tmp_path / "bad.yml"
+    bad.write_text("proxmox: {node: [\n")
+    with pytest.raises(ConfigError, match=r"not valid YAML \(line"):
+        load_config(str(bad), environ={})
+    with pytest.raises(ConfigError, match="no such file"):
+        load_config(str(tmp_path / "missing.yml"), environ={})
+
+
+def test_secret_is_one_line_and_never_in_the_message(tmp_path):
+    cfg = parse_config(with_("proxmox.password_file", str(tmp_path / "pw")), environ={})
+    with pytest.raises(ConfigError, match="no such file"):
+        read_secret(cfg.proxmox)
+    (tmp_path / "pw").write_text("hunter2\nsecond line\n")
+    with pytest.raises(ConfigError) as err:
+        read_secret(cfg.proxmox)
+    assert "hunter2" not in err.value.reason
+    (tmp_path / "pw").write_text("hunter2\n")
+    assert read_secret(cfg.proxmox) == "hunter2"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--config", "/nonexistent/config.yml", "status"], ["--config", "/nonexistent/config.yml", "--json", "to-vm"]],
+)
+def test_cli_exits_2_with_a_final_reason_line(argv):
+    out, err = io.StringIO(), io.StringIO()
+    assert cli.main(argv, stdout=out, stderr=err) == EXIT_USAGE
+    lines = err.getvalue().splitlines()
+    assert lines[-1] == "gpu-switch: config /nonexistent/config.yml: no such file"
+
+
+def test_cli_usage_errors_exit_2(capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["to-somewhere"])
+    assert exc.value.code == EXIT_USAGE
+    assert "invalid choice" in capsys.readouterr().err.splitlines()[-1]
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["to-vm", "--timeout", "soon"])
+    assert exc.value.code == EXIT_USAGE
