@@ -216,3 +216,17 @@ def audit(site_packages, env_root=None, *, expected=(), ignore=("*.pyc",), use_m
                 item["detail"] += f"; {match[1]}"
             result["drift"].append(item)
     return result
+
+
+def find_site_packages(env_root):
+    """The purelib directory of a virtual environment (``lib/pythonX.Y/site-packages``), or None."""
+    lib = os.path.join(env_root, "lib")
+    try:
+        candidates = sorted(
+            os.path.join(lib, d, "site-packages")
+            for d in os.listdir(lib)
+            if d.startswith("python") and os.path.isdir(os.path.join(lib, d, "site-packages"))
+        )
+    except FileNotFoundError:
+        return None
+    return candidates[-1] if candidates else None

@@ -1,0 +1,85 @@
+#!/usr/bin/python
+# Copyright: inferhost contributors
+# Apache License 2.0 (see LICENSE)
+from __future__ import annotations
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.guest_env import buildjob
+
+DOCUMENTATION = r"""
+module: source_build_wait
+short_description: Follow a source build - wait a while, then report its status, elapsed time and log tail
+description:
+  - Waits up to O(wait) seconds for the build in O(job_dir) to end, then returns. Called in a loop by the
+    role, each return shows progress; a play that lost its connection attaches to a running build the same way.
+  - A build whose process is gone without having written its result is reported as C(lost).
+  - Read-only; runs the same in check mode.
+options:
+  job_dir:
+    description: The cache directory of the key.
+    type: path
+    required: true
+  wait:
+    description: Seconds to wait for the end of the build before reporting.
+    type: int
+    default: 60
+  lines:
+    description: Lines of the log to return.
+    type: int
+    default: 15
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+author: inferhost contributors
+"""
+
+EXAMPLES = r"""
+- name: Follow the build
+  source_build_wait:
+    job_dir: "{{ plan.job_dir }}"
+    wait: 60
+  register: progress
+"""
+
+RETURN = r"""
+status:
+  description: running, cached (finished with its wheel), failed, lost or absent.
+  returned: always
+  type: str
+done:
+  description: False while the build runs.
+  returned: always
+  type: bool
+elapsed_human:
+  description: Time since the build started (or its duration), like C(1h02m03s).
+  returned: always
+  type: str
+tail:
+  description: The last lines of the build log.
+  returned: always
+  type: list
+  elements: str
+log:
+  description: Path of the build log.
+  returned: always
+  type: str
+"""
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "job_dir": {"type": "path", "required": True},
+            "wait": {"type": "int", "default": 60},
+            "lines": {"type": "int", "default": 15},
+        },
+        supports_check_mode=True,
+    )
+    report = buildjob.wait(module.params["job_dir"], module.params["wait"], lines=module.params["lines"])
+    module.exit_json(changed=False, **report)
+
+
+if __name__ == "__main__":
+    main()
