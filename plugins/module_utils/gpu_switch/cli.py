@@ -17,8 +17,9 @@ import sys
 
 from .config import DEFAULT_PATH, Config, load_config
 from .errors import EXIT_STRANDED, EXIT_USAGE, ConfigError, GpuSwitchError
-from .fakesys import FakeKernel
+from .fakesys import FakeHost, FakeKernel
 from .switch import Outcome, Switcher, _reason
+from .system import Host
 from .writer import ThreadWriter
 
 COMMANDS = ("status", "to-vm", "to-ct", "recover")
@@ -62,6 +63,7 @@ def make_switcher(config: Config, **kwargs) -> Switcher:
         except FileNotFoundError as exc:
             raise ConfigError(str(exc)) from None
         kwargs["writer"] = ThreadWriter(kernel.write)
+        kwargs.setdefault("host", Host(FakeHost.for_tree(config.roots.sysfs).run, config.timeouts.command))
     return Switcher(config, **kwargs)
 
 

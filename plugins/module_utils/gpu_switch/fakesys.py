@@ -27,7 +27,10 @@ import signal
 import threading
 import time
 
+from .system import Completed
+
 META = ".fakekernel.json"
+HOST_STATE = ".fakehost.json"
 
 
 def _err(code: int, path: str) -> OSError:
@@ -309,3 +312,47 @@ class FakeKernel:
         if (override and override != driver) or (not override and self.meta["devices"][bdf].get("native") != driver):
             raise _err(errno.ENODEV, real)
         self._bind(bdf, driver)
+
+
+class FakeHost:
+    """systemctl, modprobe and nvidia-modprobe as a simulated host answers them: units are active or not (kept in
+    a JSON file when a path is given, so separate gpu-switch processes see the same state); every call is recorded.
+    The lab and the tests use it so that a simulated move never touches the real host's services."""
+
+    def __init__(self, state_path: str | None = None, active=("nvidia-persistenced.service",)):
+        self.state_path = state_path
+        self.calls: list[list[str]] = []
+        self._active = set(active)
+        if state_path and os.path.exists(state_path):
+            with open(state_path, encoding="utf-8") as fh:
+                self._active = set(json.load(fh).get("active", []))
+
+    @classmethod
+    def for_tree(cls, sysfs: str) -> FakeHost:
+        return cls(os.path.join(sysfs, HOST_STATE))
+
+    @property
+    def active(self) -> set[str]:
+        return self._active
+
+    @active.setter
+    def active(self, units) -> None:
+        self._active = set(units)
+        self._save()
+
+    def _save(self) -> None:
+        if self.state_path:
+            with open(self.state_path, "w", encoding="utf-8") as fh:
+                json.dump({"active": sorted(self._active)}, fh)
+
+    def run(self, argv, timeout):
+        self.calls.append(list(argv))
+        if argv[:2] == ["systemctl", "is-active"]:
+            return Completed(0 if argv[-1] in self._active else 3)
+        if argv[:2] == ["systemctl", "stop"]:
+            self._active.discard(argv[-1])
+            self._save()
+        elif argv[:2] == ["systemctl", "start"]:
+            self._active.add(argv[-1])
+            self._save()
+        return Completed(0)

@@ -7,6 +7,7 @@ power actions are not blindly repeated: after a network error the guest's status
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 
@@ -94,6 +95,16 @@ class PveApi:
             reason = f"{what}: {self._describe(exc)}"
         return ApiError(reason, status)
 
+    def _tls_error(self, what: str, exc: BaseException) -> ApiError | None:
+        """A certificate problem is not a flaky network: no retry, and say what to fix."""
+        if requests is not None and isinstance(exc, requests.exceptions.SSLError):
+            where = f"the CA in {self.cfg.ca_file}" if self.cfg.ca_file else "the system CAs (set proxmox.ca_file)"
+            return ApiError(
+                f"{what}: TLS verification of {self.cfg.host}:{self.cfg.port} against {where} failed "
+                f"({self._describe(exc)})"
+            )
+        return None
+
     def _retry(self, what: str, fn: Callable):
         """Call fn, retrying on network errors only (for reads, which are safe to repeat)."""
         delay = 0.5
@@ -101,6 +112,9 @@ class PveApi:
             try:
                 return fn()
             except self._network as exc:
+                tls = self._tls_error(what, exc)
+                if tls:
+                    raise tls from None
                 if attempt + 1 == self.attempts:
                     raise ApiError(
                         f"{what}: Proxmox API at {self.cfg.host}:{self.cfg.port} unreachable "
@@ -134,19 +148,31 @@ class PveApi:
     def set_config(
         self, kind: str, vmid: int, values: dict, delete: list[str] | None = None, digest: str | None = None
     ) -> None:
-        """PUT the config (synchronous for both kinds). Not retried: the digest makes a repeat fail safely."""
+        """PUT the config (synchronous for both kinds). After a network error the config is read again: if the
+        change is there, done; if not, the PUT is repeated (the digest still guards against other writers)."""
         data = dict(values)
         if delete:
             data["delete"] = ",".join(delete)
         if digest:
             data["digest"] = digest
         what = f"update the config of {label(kind, vmid)}"
-        try:
-            self._guest(kind, vmid).config.put(**data)
-        except self._network as exc:
-            raise ApiError(f"{what}: {self._describe(exc)}") from None
-        except Exception as exc:  # noqa: BLE001
-            raise self._error(what, exc) from None
+        for attempt in range(self.attempts):
+            try:
+                self._guest(kind, vmid).config.put(**data)
+                return
+            except self._network as exc:
+                tls = self._tls_error(what, exc)
+                if tls:
+                    raise tls from None
+                now = self.config(kind, vmid)
+                applied = all(str(now.get(k)) == str(v) for k, v in values.items())
+                if applied and not any(k in now for k in delete or []):
+                    return
+                if attempt + 1 == self.attempts:
+                    raise ApiError(f"{what}: Proxmox API unreachable ({self._describe(exc)})") from None
+                self.sleep(min(0.5 * 2**attempt, 5.0))
+            except Exception as exc:  # noqa: BLE001
+                raise self._error(what, exc) from None
 
     def post(self, kind: str, vmid: int, action: str, **params) -> str:
         """POST status/<action>; returns the task's UPID. Network errors propagate as ConnectionError."""
@@ -173,9 +199,17 @@ class PveApi:
                     raise TaskFailed(f"{what}: task failed: {exitstatus or 'no exit status'}", upid, exitstatus)
                 return status
             if self.clock() >= deadline:
-                raise TaskFailed(f"{what}: task still running after {timeout:g} s", upid, None)
+                self.cancel(upid)
+                raise TaskFailed(
+                    f"{what}: task still running after {timeout:g} s (asked Proxmox to stop it)", upid, None
+                )
             self.sleep(delay)
             delay = min(delay * 2, self.poll)
+
+    def cancel(self, upid: str) -> None:
+        """Best effort: stop a task we no longer wait for (DELETE /nodes/{node}/tasks/{upid})."""
+        with contextlib.suppress(Exception):
+            self.api.nodes(self.cfg.node).tasks(upid).delete()
 
     def act(self, kind: str, vmid: int, action: str, want: str, wait_timeout: float, **params) -> None:
         """Run a power action and wait for it; after a network error, look before trying again."""
@@ -184,6 +218,9 @@ class PveApi:
             try:
                 upid = self.post(kind, vmid, action, **params)
             except self._network as exc:
+                tls = self._tls_error(what, exc)
+                if tls:
+                    raise tls from None
                 if self.status(kind, vmid) == want:
                     return
                 if attempt + 1 == self.attempts:

@@ -9,10 +9,10 @@ import yaml
 from gpu_switch.config import parse_config
 from gpu_switch.entries import parse_dev, parse_hostpci
 from gpu_switch.errors import ApiError, TaskFailed
-from gpu_switch.fakesys import FakeKernel
+from gpu_switch.fakesys import FakeHost, FakeKernel
 from gpu_switch.pve import label
 from gpu_switch.switch import Switcher
-from gpu_switch.system import Completed
+from gpu_switch.system import Host
 from gpu_switch.writer import ThreadWriter
 
 CT, VM = 101, 201
@@ -102,41 +102,6 @@ class FakeApi:
                                 raise TaskFailed(f"{bdf} not on vfio-pci", "UPID:x", "hookscript error")
 
 
-class FakeHost:
-    """systemctl, modprobe and nvidia-modprobe, recorded."""
-
-    def __init__(self, active=("nvidia-persistenced.service",)):
-        self.active = set(active)
-        self.calls: list[list[str]] = []
-        self.timeout = 5
-
-    def run(self, argv, timeout):
-        self.calls.append(list(argv))
-        if argv[:2] == ["systemctl", "is-active"]:
-            return Completed(0 if argv[-1] in self.active else 3)
-        if argv[:2] == ["systemctl", "stop"]:
-            self.active.discard(argv[-1])
-        elif argv[:2] == ["systemctl", "start"]:
-            self.active.add(argv[-1])
-        return Completed(0)
-
-    # The Host interface, built on run().
-    def is_active(self, unit):
-        return self.run(["systemctl", "is-active", "--quiet", unit], 5).returncode == 0
-
-    def stop(self, unit):
-        self.run(["systemctl", "stop", unit], 5)
-
-    def start(self, unit):
-        self.run(["systemctl", "start", unit], 5)
-
-    def modprobe(self, module):
-        self.run(["modprobe", module], 5)
-
-    def nvidia_modprobe(self, *args):
-        return self.run(["nvidia-modprobe", *args], 5)
-
-
 class Rig:
     """One simulated host: kernel tree, fake /proc, config, API, commands; makes Switchers."""
 
@@ -196,7 +161,7 @@ class Rig:
     def switcher(self, **kwargs) -> Switcher:
         kwargs.setdefault("writer", ThreadWriter(self.kernel.write))
         kwargs.setdefault("api", self.api)
-        kwargs.setdefault("host", self.host)
+        kwargs.setdefault("host", Host(self.host.run, 5))
         return Switcher(self.config, **kwargs)
 
     def drivers(self) -> dict[str, str | None]:

@@ -10,6 +10,7 @@ import pytest
 from gpu_switch import cli
 from gpu_switch.errors import EXIT_OK, EXIT_ROLLED_BACK, EXIT_STRANDED, ApiError
 from gpu_switch.journal import HostLock
+from gpu_switch.system import Host
 from gpu_switch.writer import ThreadWriter
 from gpu_switch_rig import CT, VM
 
@@ -376,7 +377,7 @@ def test_json_output_has_the_contract_shape(rig, tmp_path):
         stdout=out,
         stderr=err,
         api=rig.api,
-        host=rig.host,
+        host=Host(rig.host.run, 5),
         writer=ThreadWriter(rig.kernel.write),
     )
     assert code == EXIT_OK and err.getvalue() == ""
@@ -397,7 +398,7 @@ def test_json_output_has_the_contract_shape(rig, tmp_path):
         stdout=out,
         stderr=err,
         api=rig.api,
-        host=rig.host,
+        host=Host(rig.host.run, 5),
         writer=ThreadWriter(rig.kernel.write),
     )
     result = json.loads(out.getvalue())
@@ -412,7 +413,7 @@ def test_text_output_lists_gpus_guests_and_steps(rig):
         ["--config", path, "to-vm", "--dry-run"],
         stdout=out,
         api=rig.api,
-        host=rig.host,
+        host=Host(rig.host.run, 5),
         writer=ThreadWriter(rig.kernel.write),
     )
     text = out.getvalue()
