@@ -54,10 +54,11 @@ def parser() -> argparse.ArgumentParser:
 
 
 def make_switcher(config: Config, **kwargs) -> Switcher:
-    """The Switcher for a real host, or for a simulated kernel when GPU_SWITCH_FAKE_KERNEL=1 (lab and tests)."""
-    if os.environ.get("GPU_SWITCH_FAKE_KERNEL") == "1" and "writer" not in kwargs:
+    """The Switcher for a real host, or for a simulated kernel (config ``simulate: true`` or
+    GPU_SWITCH_FAKE_KERNEL=1: the lab, molecule and tests), whose services are simulated too."""
+    if (config.simulate or os.environ.get("GPU_SWITCH_FAKE_KERNEL") == "1") and "writer" not in kwargs:
         if os.path.realpath(config.roots.sysfs) == "/sys":
-            raise ConfigError("GPU_SWITCH_FAKE_KERNEL=1 needs a sysfs root other than /sys")
+            raise ConfigError("a simulated kernel needs a sysfs root other than /sys")
         try:
             kernel = FakeKernel.open(config.roots.sysfs, config.roots.proc, config.roots.dev)
         except FileNotFoundError as exc:

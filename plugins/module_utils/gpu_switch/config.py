@@ -13,7 +13,8 @@ roots: {sysfs: /sys, proc: /proc, run: /run}
 Optional keys beyond that schema (all with defaults): ``proxmox.token_name`` (the secret is then read from
 ``password_file``), ``proxmox.timeout`` (HTTP seconds), ``vm.hostpci_options``, ``roots.dev``,
 ``roots.state`` (where the journal lives; it must survive a reboot), ``timeouts`` (``shutdown``, ``task``,
-``sysfs_write``, ``command``), ``persistenced_unit`` and ``parallel``.
+``sysfs_write``, ``command``), ``persistenced_unit``, ``parallel`` and ``simulate`` (the local lab and
+molecule: the roots hold a simulated kernel, see fakesys.py; refused with the real /sys).
 An unknown key is an error: a typo must not silently fall back to a default.
 """
 
@@ -111,6 +112,7 @@ class Config:
     hostpci_options: str = "pcie=1"
     persistenced_unit: str | None = "nvidia-persistenced.service"
     parallel: bool = False
+    simulate: bool = False
     path: str = DEFAULT_PATH
 
     @property
@@ -269,6 +271,7 @@ def parse_config(data: Any, source: str = DEFAULT_PATH, environ: dict[str, str] 
             "timeouts",
             "persistenced_unit",
             "parallel",
+            "simulate",
         ),
     )
     proxmox = _proxmox(source, top)
@@ -317,6 +320,7 @@ def parse_config(data: Any, source: str = DEFAULT_PATH, environ: dict[str, str] 
         hostpci_options=hostpci_options,
         persistenced_unit=unit,
         parallel=top.get("parallel", bool, False),
+        simulate=top.get("simulate", bool, False),
         path=source,
     )
 

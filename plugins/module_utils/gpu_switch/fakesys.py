@@ -20,6 +20,7 @@ another process (the gpu-switch command in the lab) can open the same simulated 
 
 from __future__ import annotations
 
+import argparse
 import errno
 import json
 import os
@@ -356,3 +357,33 @@ class FakeHost:
             self._active.add(argv[-1])
             self._save()
         return Completed(0)
+
+
+def build(root: str, gpus: int, functions: int = 2) -> list[str]:
+    """A simulated host under root (sys/, proc/, dev/): GPUs on nvidia with an audio function each, one IOMMU
+    group per GPU, the first half on NUMA node 0. Returns the GPU addresses. Used by the lab and molecule."""
+    sysfs, proc, dev = (os.path.join(root, n) for n in ("sys", "proc", "dev"))
+    kernel = FakeKernel.create(sysfs, proc, dev)
+    for driver in ("nvidia", "vfio-pci", "snd_hda_intel", "xhci_hcd"):
+        kernel.add_driver(driver)
+    return [
+        kernel.add_gpu(n + 1, numa=0 if n < max(gpus // 2, 1) else 1, minor=n, functions=functions) for n in range(gpus)
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python3 -m gpu_switch.fakesys", description="Build a simulated GPU host tree.")
+    p.add_argument("--root", required=True, help="directory to create (sys/, proc/, dev/ inside)")
+    p.add_argument("--gpus", type=int, default=2)
+    p.add_argument("--functions", type=int, default=2)
+    args = p.parse_args(argv)
+    if os.path.exists(os.path.join(args.root, "sys", META)):
+        print(json.dumps({"changed": False}))
+        return 0
+    addresses = build(args.root, args.gpus, args.functions)
+    print(json.dumps({"changed": True, "gpus": addresses}))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

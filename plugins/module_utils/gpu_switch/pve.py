@@ -140,6 +140,16 @@ class PveApi:
     def config(self, kind: str, vmid: int) -> dict:
         return dict(self._retry(f"read the config of {label(kind, vmid)}", self._guest(kind, vmid).config.get) or {})
 
+    def storage(self, storage: str) -> dict:
+        return dict(self._retry(f"read storage {storage}", self.api.storage(storage).get) or {})
+
+    def set_storage_content(self, storage: str, content: str, digest: str | None = None) -> None:
+        data = {"content": content, **({"digest": digest} if digest else {})}
+        try:
+            self.api.storage(storage).put(**data)
+        except Exception as exc:  # noqa: BLE001
+            raise self._error(f"allow snippets on storage {storage}", exc) from None
+
     def task_status(self, upid: str) -> dict:
         return dict(self._retry(f"read task {upid}", self.api.nodes(self.cfg.node).tasks(upid).status.get) or {})
 

@@ -699,6 +699,7 @@ class Switcher:
         result.update(
             command=command, changed=False, dry_run=True, would_change=bool(steps), steps=[s.as_dict() for s in steps]
         )
+        result["before"] = _drivers(result)
         return Outcome(result)
 
     def _move(
@@ -736,8 +737,10 @@ class Switcher:
                 config_added=recovery.get("config_added"),
             )
         self.journal.write(self._journal)
+        before = _drivers(self.describe(state))
         error, hung, failures = self.execute(steps)
         after = self.describe(self.read_state())
+        after["before"] = before
         after.update(command=command, changed=any(s.touched for s in steps), steps=[s.as_dict() for s in steps])
         if error is None:
             self.journal.clear()
@@ -831,6 +834,35 @@ class Switcher:
             if not dry_run:
                 self.lock.release()
 
+    def ensure_hookscripts(self, volume: str, *, check_mode: bool = False) -> dict:
+        """Attach the hookscript (``storage:snippets/name``) to both guests and allow snippets on that storage.
+        Returns {'changed': bool, 'changes': [...]}; only root@pam may set a hookscript."""
+        if not re.fullmatch(r"[A-Za-z][A-Za-z0-9._-]*:snippets/[A-Za-z0-9._+-]+", volume):
+            raise ConfigError(
+                f"hookscript {volume!r} is not a snippet volume such as local:snippets/gpu-switch-hook.py"
+            )
+        storage = volume.split(":", 1)[0]
+        changes = []
+        store = self.api.storage(storage)
+        content = [c for c in str(store.get("content", "")).split(",") if c and c != "none"]
+        if "snippets" not in content:
+            changes.append(
+                f"storage {storage}: content {','.join(content) or 'none'} -> {','.join([*content, 'snippets'])}"
+            )
+            if not check_mode:
+                self.api.set_storage_content(storage, ",".join([*content, "snippets"]), store.get("digest"))
+        for guest in self.guests().values():
+            config = self.api.config(guest.kind, guest.vmid)
+            if config.get("hookscript") == volume:
+                continue
+            changes.append(f"{guest.label}: hookscript {config.get('hookscript') or '(none)'} -> {volume}")
+            if check_mode:
+                continue
+            if not self.cfg.proxmox.is_root_pam:
+                raise Refused(f"only root@pam may set a hookscript; {self.cfg.proxmox.identity} may not")
+            self.api.set_config(guest.kind, guest.vmid, {"hookscript": volume}, digest=config.get("digest"))
+        return {"changed": bool(changes), "changes": changes}
+
     def _undo_interrupted_config(self, added: dict) -> None:
         """Remove the entries an interrupted move added to the guest that will not get the GPUs."""
         values = added.get("values") or {}
@@ -859,6 +891,14 @@ def _decide(journal: dict) -> tuple[str, str]:
 
 def _holders_text(what: str, holders: list[Holder]) -> str:
     return f"{what}: " + "; ".join(map(str, holders[:8])) + ("; ..." if len(holders) > 8 else "")
+
+
+def _drivers(result: dict) -> dict:
+    """Owner and the driver of every function: the 'before' of a result (and the diff of the Ansible module)."""
+    return {
+        "owner": result.get("owner"),
+        "drivers": {f["address"]: f["driver"] for g in result.get("gpus", []) for f in g["functions"]},
+    }
 
 
 def _reason(exc: BaseException) -> str:
