@@ -10,14 +10,7 @@ export CONTAINERS_CONF="${CONTAINERS_CONF:-$here/containers.conf}"
 releases=("$@")
 [ ${#releases[@]} -gt 0 ] || releases=(bookworm trixie)
 
-# Take the mirror from apt's own configuration, so the build works wherever apt does.
-mirror() {
-  local uri
-  uri=$(grep -hoE '^(URIs:|deb) +https?://[^ ]+' /etc/apt/sources.list /etc/apt/sources.list.d/*.sources \
-          /etc/apt/sources.list.d/*.list 2>/dev/null | grep -v -- '-security' | head -n1 | awk '{print $2}')
-  echo "${uri:-http://deb.debian.org/debian}"
-}
-
+mirror=$("$here/scripts/apt-mirror.sh")
 packages=systemd,systemd-sysv,dbus,python3,python3-apt,sudo,iproute2,procps,ca-certificates,gnupg
 
 for release in "${releases[@]}"; do
@@ -28,9 +21,9 @@ for release in "${releases[@]}"; do
   fi
   root=$(mktemp -d "/var/tmp/inferhost-$release.XXXXXX")
   trap 'rm -rf "$root"' EXIT
-  echo "image $image: debootstrap $release from $(mirror) ..."
+  echo "image $image: debootstrap $release from $mirror ..."
   start=$SECONDS
-  debootstrap --variant=minbase --include="$packages" "$release" "$root" "$(mirror)" >"$root.log" 2>&1 \
+  debootstrap --variant=minbase --include="$packages" "$release" "$root" "$mirror" >"$root.log" 2>&1 \
     || { tail -n 30 "$root.log"; echo "debootstrap of $release failed (log: $root.log)" >&2; exit 1; }
   : >"$root/etc/machine-id"
   chroot "$root" apt-get clean

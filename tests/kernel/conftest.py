@@ -1,0 +1,145 @@
+"""A real Linux kernel under QEMU (software emulation) with an emulated Intel IOMMU.
+
+The machine has three PCI network functions: the management NIC (virtio-net, fixed MAC, ssh), a twin
+of it with the same vendor:device id (the stand-in for eight identical GPUs: rebinding one must never
+touch the other), and an e1000. Each sits in its own IOMMU group. Nothing here touches this machine's
+own PCI devices.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shlex
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CACHE = ROOT / ".cache" / "kernel"
+MGMT_MAC = "52:54:00:00:00:10"
+TWIN_MAC = "52:54:00:00:00:20"
+
+pytestmark = pytest.mark.kernel
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class KernelVM:
+    def __init__(self, workdir: Path):
+        self.workdir = workdir
+        self.port = _free_port()
+        self.pidfile = workdir / "qemu.pid"
+        self.console = workdir / "console.log"
+
+    # --- lifecycle ---------------------------------------------------------------------------------
+    def start(self, timeout: float = 420) -> None:
+        overlay = self.workdir / "overlay.qcow2"
+        subprocess.run(
+            ["qemu-img", "create", "-q", "-f", "qcow2", "-F", "raw", "-b", str(CACHE / "rootfs.img"), str(overlay)],
+            check=True,
+        )
+        argv = ["qemu-system-x86_64", "-accel", "tcg,thread=multi", "-machine", "q35,kernel-irqchip=split"]
+        argv += ["-cpu", "max", "-m", "2048", "-smp", "2", "-device", "intel-iommu,intremap=on,caching-mode=on"]
+        argv += ["-kernel", str(CACHE / "vmlinuz"), "-initrd", str(CACHE / "initrd.img")]
+        argv += ["-append", "root=/dev/vda rw console=ttyS0 intel_iommu=on iommu=pt net.ifnames=0 quiet"]
+        argv += ["-drive", f"file={overlay},if=virtio,format=qcow2"]
+        argv += ["-netdev", f"user,id=mgmt,hostfwd=tcp:127.0.0.1:{self.port}-:22"]
+        argv += ["-device", f"virtio-net-pci,netdev=mgmt,mac={MGMT_MAC}"]
+        argv += ["-netdev", "user,id=twin,restrict=on", "-device", f"virtio-net-pci,netdev=twin,mac={TWIN_MAC}"]
+        argv += ["-device", "e1000,netdev=stand", "-netdev", "user,id=stand,restrict=on"]
+        argv += ["-display", "none", "-serial", f"file:{self.console}", "-daemonize", "-pidfile", str(self.pidfile)]
+        subprocess.run(argv, check=True)
+        self.wait_for_ssh(timeout)
+
+    def stop(self) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            os.kill(int(self.pidfile.read_text()), signal.SIGKILL)
+
+    def wait_for_ssh(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.ssh("true", timeout=20).returncode == 0:
+                return
+            time.sleep(2)
+        tail = self.console.read_text(errors="replace")[-3000:] if self.console.exists() else ""
+        raise AssertionError(f"the kernel test machine did not answer ssh in {timeout:.0f}s; console:\n{tail}")
+
+    def reboot(self, timeout: float = 420) -> None:
+        before = self.boot_id()
+        self.ssh("systemctl reboot", timeout=20)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            time.sleep(3)
+            if self.ssh("true", timeout=10).returncode == 0 and self.boot_id() != before:
+                return
+        raise AssertionError("the kernel test machine did not come back after a reboot")
+
+    # --- commands ----------------------------------------------------------------------------------
+    def ssh(self, command: str, timeout: float = 120, stdin: bytes | None = None) -> subprocess.CompletedProcess:
+        argv = ["ssh", "-i", str(CACHE / "id_ed25519"), "-p", str(self.port), "-o", "BatchMode=yes"]
+        argv += ["-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR"]
+        argv += ["-o", "ConnectTimeout=5", "-o", "ServerAliveInterval=3", "-o", "ServerAliveCountMax=3"]
+        argv += ["root@127.0.0.1", command]
+        try:
+            return subprocess.run(argv, input=stdin, capture_output=True, timeout=timeout, check=False)
+        except subprocess.TimeoutExpired:
+            return subprocess.CompletedProcess(argv, 255, b"", b"timeout")
+
+    def check(self, command: str, timeout: float = 120) -> str:
+        proc = self.ssh(command, timeout=timeout)
+        assert proc.returncode == 0, f"{command!r} failed ({proc.returncode}): {proc.stderr.decode()[-2000:]}"
+        return proc.stdout.decode()
+
+    def put_tree(self, source: Path, dest: str) -> None:
+        """Copy a directory into the machine (tar over ssh)."""
+        argv = ["tar", "-C", str(source.parent), "--exclude=__pycache__", "-c", source.name]
+        tar = subprocess.run(argv, capture_output=True, check=True)
+        self.check(f"mkdir -p {shlex.quote(dest)}")
+        proc = self.ssh(f"tar -C {shlex.quote(dest)} -x", stdin=tar.stdout)
+        assert proc.returncode == 0, proc.stderr.decode()
+
+    def boot_id(self) -> str:
+        return self.check("cat /proc/sys/kernel/random/boot_id").strip()
+
+    def address_of_mac(self, mac: str) -> str:
+        """The PCI address of the NIC with this MAC (virtio NICs sit one level below their PCI function)."""
+        path = self.check(f"readlink -f $(dirname $(grep -l {mac} /sys/class/net/*/address))/device")
+        return re.findall(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]", path)[-1]
+
+    def address_of_id(self, vendor: str, device: str) -> str:
+        script = (
+            "for d in /sys/bus/pci/devices/*; do "
+            f'[ "$(cat $d/vendor)" = {vendor} ] && [ "$(cat $d/device)" = {device} ] && basename $d; done; true'
+        )
+        return self.check(script).split()[0]
+
+    def driver(self, bdf: str) -> str | None:
+        out = self.ssh(f"basename $(readlink /sys/bus/pci/devices/{bdf}/driver)").stdout.decode().strip()
+        return out or None
+
+
+@pytest.fixture(scope="session")
+def kernel_image() -> Path:
+    for tool in ("qemu-system-x86_64", "qemu-img", "debootstrap", "ssh"):
+        if subprocess.run(["which", tool], capture_output=True, check=False).returncode != 0:
+            pytest.fail(f"{tool} is missing: run `make bootstrap`", pytrace=False)
+    subprocess.run([str(ROOT / "tests" / "kernel" / "build-image.sh"), str(CACHE)], check=True)
+    return CACHE
+
+
+@pytest.fixture(scope="module")
+def vm(kernel_image, tmp_path_factory):
+    machine = KernelVM(tmp_path_factory.mktemp("kernel-vm"))
+    machine.start()
+    yield machine
+    machine.stop()
