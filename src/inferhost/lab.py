@@ -189,6 +189,11 @@ def start_containers(lab: Lab) -> str:
         started.append(host)
     for host in sorted(lab.hosts):
         wait_for_systemd(CONTAINER_PREFIX + host)
+    for host in started:
+        # The images carry no package lists, as a freshly installed machine has them.
+        proc = podman("exec", CONTAINER_PREFIX + host, "apt-get", "update", "-qq", check=False)
+        if proc.returncode != 0:
+            raise LabError(f"{host}: apt-get update failed: {proc.stderr.strip()[-500:]}")
     return "started " + ", ".join(started) if started else "already running"
 
 

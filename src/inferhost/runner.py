@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import sys
 import time
@@ -99,6 +100,8 @@ def run_playbook(
     check: bool = False,
     extravars: dict | None = None,
     limit: str | None = None,
+    env: dict[str, str] | None = None,
+    quiet: bool = False,
 ) -> PlaybookResult:
     """Run one playbook, printing a line per change or failure; return the counts per play."""
     result = PlaybookResult()
@@ -112,6 +115,7 @@ def run_playbook(
         "CONTAINERS_CONF": os.environ.get("CONTAINERS_CONF", str(project_dir / "containers.conf")),
         # The runner's own artifacts stay small: no fact cache of its own, no job event files kept.
         "ANSIBLE_RETRY_FILES_ENABLED": "0",
+        **(env or {}),
     }
     runner = ansible_runner.run(
         private_data_dir=str(private_dir),
@@ -122,7 +126,7 @@ def run_playbook(
         extravars=extravars or {},
         limit=limit,
         envvars=envvars,
-        event_handler=EventPrinter(result, show_output=check),
+        event_handler=EventPrinter(result, stream=io.StringIO() if quiet else None, show_output=check),
         quiet=True,
         rotate_artifacts=3,
     )
