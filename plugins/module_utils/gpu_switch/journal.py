@@ -51,16 +51,22 @@ class Journal:
         return data if isinstance(data, dict) else None
 
     def write(self, data: dict) -> None:
+        """Replace the journal atomically and durably; the directory is synced when the file first appears."""
         with self._lock:
             directory = os.path.dirname(self.path)
             os.makedirs(directory, mode=0o700, exist_ok=True)
+            created = not os.path.exists(self.path)
             tmp = f"{self.path}.tmp"
-            with open(tmp, "w", encoding="utf-8") as fh:
-                json.dump(data, fh, indent=1, sort_keys=True)
-                fh.flush()
-                os.fsync(fh.fileno())
+            payload = json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            try:
+                os.write(fd, payload)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
             os.replace(tmp, self.path)
-            _fsync_dir(directory)
+            if created:
+                _fsync_dir(directory)
 
     def clear(self) -> None:
         with self._lock:

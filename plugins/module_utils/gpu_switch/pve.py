@@ -8,6 +8,7 @@ power actions are not blindly repeated: after a network error the guest's status
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from collections.abc import Callable
 
@@ -64,6 +65,11 @@ class PveApi:
             return self._factory()
         if ProxmoxAPI is None:  # pragma: no cover
             raise ApiError("the Python proxmoxer module is missing (apt install python3-proxmoxer)")
+        if self.cfg.verify_ssl and self.cfg.ca_file and not os.path.isfile(self.cfg.ca_file):
+            raise ApiError(
+                f"proxmox.ca_file {self.cfg.ca_file} does not exist: point it at the CA of the API certificate "
+                "(PVE's own: /etc/pve/pve-root-ca.pem), or leave it empty for the system CAs"
+            )
         verify = (self.cfg.ca_file or True) if self.cfg.verify_ssl else False
         auth = (
             {"token_name": self.cfg.token_name, "token_value": self._secret}

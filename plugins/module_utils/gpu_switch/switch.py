@@ -551,7 +551,11 @@ class Switcher:
         self.journal.write(self._journal)
 
     def _before_write(self, address: str, path: str, value: str) -> None:
-        self._journal_update(write={"address": address, "path": path, "value": value.strip()})
+        """Journal the function about to be rebound, before its first sysfs write (recover reads sysfs again, so
+        the later writes of the same function need no entry of their own)."""
+        current = (self._journal or {}).get("write") or {}
+        if current.get("address") != address:
+            self._journal_update(write={"address": address, "path": path, "value": value.strip()})
 
     # -------------------------------------------------------------- execution
 

@@ -7,99 +7,12 @@ import os
 
 import yaml
 from gpu_switch.config import parse_config
-from gpu_switch.entries import parse_dev, parse_hostpci
-from gpu_switch.errors import ApiError, TaskFailed
-from gpu_switch.fakesys import FakeHost, FakeKernel
-from gpu_switch.pve import label
+from gpu_switch.fakesys import FakeApi, FakeHost, FakeKernel
 from gpu_switch.switch import Switcher
 from gpu_switch.system import Host
 from gpu_switch.writer import ThreadWriter
 
 CT, VM = 101, 201
-
-
-class FakeApi:
-    """The Proxmox API as gpu-switch uses it, in memory. Starting a guest checks what PVE would check."""
-
-    def __init__(self, kernel: FakeKernel, config):
-        self.kernel, self.cfg = kernel, config
-        self.guests = {
-            ("lxc", CT): {"status": "running", "config": {"hostname": "ct", "memory": 4096}},
-            ("qemu", VM): {
-                "status": "stopped",
-                "config": {"name": "vm", "machine": "q35", "scsi0": "local-lvm:vm-201-disk-0"},
-            },
-        }
-        self.calls: list[tuple] = []
-        self.slow_shutdown: set[tuple] = set()  # (kind, vmid) whose shutdown times out
-        self.fail_start: dict[tuple, str] = {}  # (kind, vmid) -> TASK ERROR text
-        self.fail_set_config: dict[tuple, ApiError] = {}
-        self.down = False
-
-    def _guest(self, kind, vmid):
-        if self.down:
-            raise ApiError("Proxmox API at 127.0.0.1:8006 unreachable")
-        return self.guests[(kind, vmid)]
-
-    def status(self, kind, vmid):
-        return self._guest(kind, vmid)["status"]
-
-    def config(self, kind, vmid):
-        guest = self._guest(kind, vmid)
-        return dict(guest["config"], digest=str(hash(frozenset(guest["config"].items()))))
-
-    def set_config(self, kind, vmid, values, delete=None, digest=None):
-        self.calls.append(("set_config", kind, vmid, dict(values), list(delete or [])))
-        if (kind, vmid) in self.fail_set_config:
-            raise self.fail_set_config[(kind, vmid)]
-        guest = self._guest(kind, vmid)
-        if digest and digest != self.config(kind, vmid)["digest"]:
-            raise ApiError("checksum mismatch", 500)
-        guest["config"].update(values)
-        for key in delete or []:
-            guest["config"].pop(key, None)
-
-    def act(self, kind, vmid, action, want, wait_timeout, **params):
-        self.calls.append((action, kind, vmid, params))
-        guest = self._guest(kind, vmid)
-        if action == "shutdown":
-            if guest["status"] != "running":
-                raise TaskFailed(f"shutdown {label(kind, vmid)}: not running", "UPID:x", "not running")
-            if (kind, vmid) in self.slow_shutdown:
-                raise TaskFailed(f"shutdown {label(kind, vmid)}: task failed", "UPID:x", "container did not stop")
-            guest["status"] = "stopped"
-        elif action == "stop":
-            guest["status"] = "stopped"
-        elif action == "start":
-            if guest["status"] == "running":
-                raise TaskFailed("already running", "UPID:x", "already running")
-            if (kind, vmid) in self.fail_start:
-                raise TaskFailed(
-                    f"start {label(kind, vmid)}: task failed: {self.fail_start[(kind, vmid)]}",
-                    "UPID:x",
-                    self.fail_start[(kind, vmid)],
-                )
-            self._check_start(kind, guest)
-            guest["status"] = "running"
-
-    def _check_start(self, kind, guest):
-        """What PVE (and our hookscripts) would refuse at start."""
-        if kind == "lxc":
-            for key, value in guest["config"].items():
-                if key.startswith("dev"):
-                    path = parse_dev(value)["path"]
-                    if not os.path.exists(os.path.join(self.kernel.dev, path[5:])):
-                        raise TaskFailed(f"Device {path} does not exist", "UPID:x", "Device does not exist")
-            for bdf, meta in self.kernel.meta["devices"].items():
-                if self.kernel.driver_of(bdf) == "vfio-pci" and meta["native"]:
-                    raise TaskFailed("hookscript: GPU on vfio-pci", "UPID:x", "hookscript error")
-        else:
-            for key, value in guest["config"].items():
-                if key.startswith("hostpci"):
-                    for slot in parse_hostpci(value)["host"]:
-                        for bdf in self.kernel.meta["devices"]:
-                            if bdf.startswith(slot) and self.kernel.driver_of(bdf) != "vfio-pci":
-                                raise TaskFailed(f"{bdf} not on vfio-pci", "UPID:x", "hookscript error")
 
 
 class Rig:
@@ -135,7 +48,7 @@ class Rig:
         for key, value in config_overrides.items():
             self.data[key] = value
         self.config = parse_config(self.data, str(tmp_path / "config.yml"), environ={})
-        self.api = FakeApi(self.kernel, self.config)
+        self.api = FakeApi(self.kernel, CT, VM)
         self.host = FakeHost()
         if owner == "vm":
             self.api.guests[("lxc", CT)]["status"] = "stopped"

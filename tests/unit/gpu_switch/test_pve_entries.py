@@ -184,3 +184,9 @@ def test_free_keys_fill_gaps_and_respect_the_limit():
     assert entries.free_keys({"dev0": "x", "dev2": "y"}, entries.DEV_KEY, "dev", 256, 3) == ["dev1", "dev3", "dev4"]
     with pytest.raises(entries.EntryError, match="no free hostpciN key"):
         entries.free_keys({f"hostpci{n}": "x" for n in range(15)}, entries.HOSTPCI_KEY, "hostpci", 16, 2)
+
+
+def test_a_missing_ca_file_is_named():
+    api = PveApi(ProxmoxConfig(node="pve1", ca_file="/nonexistent/ca.pem"), "secret", sleep=lambda s: None)
+    with pytest.raises(ApiError, match="proxmox.ca_file /nonexistent/ca.pem does not exist"):
+        api.status("lxc", 101)
