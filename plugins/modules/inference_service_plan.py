@@ -7,7 +7,6 @@ import glob
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.inference import command, modelconfig, plan
 
 DOCUMENTATION = r"""
 ---
@@ -102,6 +101,7 @@ services:
       environment_lines: ['"CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7"']
       secret_names: [INFERHOST_API_KEY]
       served_name: Qwen3.5-397B-A17B
+      url: http://127.0.0.1:8000
       load_timeout_s: 2700
       conflicts: [inference-kimi-k25.service]
 refused:
@@ -125,6 +125,10 @@ def installed_version(environment, engine):
 
 
 def plan_one(params, service, units):
+    # Imported here, after argument parsing: ansible-lint's args rule validates task arguments by running
+    # main() up to AnsibleModule() without our module_utils on its path. Ansiballz still ships them.
+    from ansible.module_utils.inference import command, modelconfig, plan  # noqa: PLC0415
+
     name = service.get("name", "?")
     result = {"name": name, "refusals": [], "warnings": [], "edits": []}
     detected = installed_version(str(service.get("environment", "")), service.get("engine", ""))
@@ -153,14 +157,20 @@ def plan_one(params, service, units):
     )
     if config == {}:  # inactive and not downloaded: drop the refusal about the missing config
         checked["refusals"] = [r for r in checked["refusals"] if r["id"] != "config"]
+        checked["edits"] = []
     result["refusals"] += checked["refusals"]
     result["warnings"] += checked["warnings"]
-    result["edits"] = checked["edits"]
+    result["edits"] = [{**edit, "path": os.path.join(model_path, edit["file"])} for edit in checked["edits"]]
     result["engine_version"] = version
     if result["refusals"]:
         return result
     unit = units[name]
     timeout = int(service.get("load_timeout_s") or params["load_timeout_s"])
+    host = str(service.get("bind_address", "127.0.0.1"))
+    host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
+    url = (
+        f"http://[{host}]:{service.get('port', 8000)}" if ":" in host else f"http://{host}:{service.get('port', 8000)}"
+    )
     argv = command.build_argv(service, api_key=params["api_key"], load_timeout_s=timeout)
     env = command.build_environment(service, unit=unit, load_timeout_s=timeout, common=params["common_env"])
     result.update(
@@ -171,6 +181,7 @@ def plan_one(params, service, units):
         environment_lines=[command.systemd_environment(k, v) for k, v in sorted(env.items())],
         secret_names=command.secret_names(service),
         served_name=command.served_name(service),
+        url=url,
         load_timeout_s=timeout,
         conflicts=sorted(u for n, u in units.items() if n != name),
     )
@@ -193,6 +204,8 @@ def main():
         },
         supports_check_mode=True,
     )
+    from ansible.module_utils.inference import plan  # noqa: PLC0415  (see plan_one)
+
     params = module.params
     services = params["services"]
     names = [s.get("name") for s in services]

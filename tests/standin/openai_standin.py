@@ -11,7 +11,8 @@ Behaviour (flags, or STANDIN_* environment variables for use from a systemd unit
 * ``--load-delay S`` (STANDIN_LOAD_DELAY): seconds of "model loading", logging progress each second;
   meanwhile ``/health`` and ``/v1/models`` answer 503, as SGLang does during warmup.
 * ``/health``: 200 once loaded. ``/v1/models``: the served model name.
-* ``/v1/chat/completions``: a deterministic answer of ``--answer-tokens`` words (or ``max_tokens`` with
+* ``/v1/chat/completions``: the right answer to two canned questions (the capital of France, a sum of
+  two numbers), otherwise a deterministic answer of ``--answer-tokens`` words (or ``max_tokens`` with
   ``ignore_eos``); ``stream: true`` sends server-sent events, one per
   token, after ``--ttft`` seconds, each ``--token-latency`` seconds apart, slowed down by
   ``--batch-slowdown`` for each other request in flight (a crude batching model for benchmarks).
@@ -30,6 +31,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import sys
 import threading
 import time
@@ -126,8 +128,22 @@ class State:
         return self.args.token_latency * (1.0 + self.args.batch_slowdown * others)
 
 
+def canned(question):
+    """The few questions the stand-in answers correctly, so a smoke test can check coherence."""
+    text = str(question).lower()
+    if "capital of france" in text:
+        return "The capital of France is Paris."
+    match = re.search(r"(\d+)\s*\+\s*(\d+)", text)
+    if match:
+        return f"{int(match.group(1)) + int(match.group(2))}"
+    return None
+
+
 def answer_tokens(messages, count):
     last = next((m.get("content") for m in reversed(messages or []) if m.get("role") == "user"), "") or ""
+    known = canned(last)
+    if known:
+        return known.split()[:count]
     seed = sum(ord(c) for c in str(last))
     return [WORDS[(seed + i) % len(WORDS)] for i in range(count)]
 

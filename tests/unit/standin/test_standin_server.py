@@ -179,3 +179,13 @@ def test_holds_files_open(standin, tmp_path):
     server.wait_ready()
     fds = Path(f"/proc/{server.proc.pid}/fd")
     assert any(os.readlink(fd) == str(node) for fd in fds.iterdir())
+
+
+def test_canned_questions_are_answered_correctly(standin):
+    server = standin("serve", "/m/M")
+    server.wait_ready()
+    for question, answer in (("What is the capital of France?", "The capital of France is Paris."), ("17 + 25?", "42")):
+        body = {"model": "M", "messages": [{"role": "user", "content": question}], "max_tokens": 64}
+        reply = json.loads(server.request("/v1/chat/completions", body)[1])["choices"][0]
+        assert reply["message"]["content"] == answer
+        assert reply["finish_reason"] == "stop"

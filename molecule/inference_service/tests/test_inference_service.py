@@ -1,0 +1,205 @@
+"""The inference units under systemd: readiness, the GPU guard, Conflicts=, restart after a crash."""
+
+import json
+import re
+import shlex
+import time
+
+import pytest
+
+KEY = "molecule-key"
+UNIT_A, UNIT_B = "inference-svc-a.service", "inference-svc-b.service"
+NODE = "/srv/standin-dev/nvidia1"
+
+
+def show(host, unit, *props):
+    out = host.check_output(f"systemctl show {unit} --property {','.join(props)}")
+    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+
+def python_get(host, port, path, key=KEY):
+    """GET through the container's python3 (curl may not be installed): (status, text)."""
+    code = (
+        "import sys, urllib.request, urllib.error\n"
+        f"r = urllib.request.Request('http://127.0.0.1:{port}{path}')\n"
+        + (f"r.add_header('Authorization', 'Bearer {key}')\n" if key else "")
+        + "try:\n    res = urllib.request.urlopen(r, timeout=10); print(res.status); print(res.read().decode())\n"
+        "except urllib.error.HTTPError as e:\n    print(e.code); print(e.read().decode())\n"
+    )
+    out = host.check_output(f"python3 -c {shlex.quote(code)}")
+    status, _, text = out.partition("\n")
+    return int(status), text
+
+
+def wait_until(predicate, timeout=60, step=0.5, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(step)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def journal(host, unit, since):
+    return host.check_output(f"journalctl -u {unit} --since @{since} --no-pager -o cat")
+
+
+def start_holder(host, marker=None):
+    env = f"env {shlex.quote('INFERHOST_UNIT=' + marker)} " if marker else ""
+    host.run_expect([0], f"setsid -f sh -c 'exec {env}sleep 600 <{NODE} >/dev/null 2>&1'")
+
+    def newest_sleep():
+        return host.run("pgrep -n -f '^sleep 600'").stdout.strip()
+
+    return int(wait_until(newest_sleep, what="holder pid"))
+
+
+@pytest.fixture
+def restore_a(host):
+    """Leave svc-a active and nothing else holding the GPUs after a test."""
+    yield
+    host.run("pkill -f '^sleep 600'")
+    host.run(f"systemctl reset-failed {UNIT_A} {UNIT_B}")
+    host.run_expect([0], f"systemctl start {UNIT_A}")
+
+
+def test_units_are_rendered_as_designed(host):
+    unit = host.file(f"/etc/systemd/system/{UNIT_A}").content_string
+    for line in (
+        "Type=exec",
+        "User=inferhost",
+        "KillMode=control-group",
+        "Restart=on-failure",
+        "RestartSec=2",
+        "StartLimitBurst=3",
+        "TimeoutStartSec=180",
+        f"Conflicts={UNIT_B}",
+        "EnvironmentFile=/etc/inferhost/nccl.env",
+        "EnvironmentFile=/etc/inferhost/services/svc-a.secret.env",
+        'Environment="VLLM_ENGINE_READY_TIMEOUT_S=120"',
+        "ExecStart=/opt/venvs/standin/bin/vllm serve /srv/models/standin-a --served-model-name standin-a",
+        "ExecStartPre=+/usr/local/libexec/inferhost/gpu-guard check --unit %n --device /srv/standin-dev/nvidia0",
+    ):
+        assert line in unit, line
+    assert KEY not in unit
+    sglang = host.file(f"/etc/systemd/system/{UNIT_B}").content_string
+    assert "-m sglang.launch_server --model-path /srv/models/standin-b" in sglang
+    assert "--api-key ${INFERHOST_API_KEY}" in sglang and KEY not in sglang
+
+
+def test_api_key_file_is_root_only(host):
+    secret = host.file("/etc/inferhost/services/svc-a.secret.env")
+    assert secret.user == "root" and secret.mode == 0o600
+    assert f'VLLM_API_KEY="{KEY}"' in secret.content_string
+
+
+def test_only_the_active_service_runs_and_starts_at_boot(host):
+    assert host.service(UNIT_A).is_running and host.service(UNIT_A).is_enabled
+    assert not host.service(UNIT_B).is_running and not host.service(UNIT_B).is_enabled
+
+
+def test_ready_service_lists_its_model_behind_the_key(host):
+    status, body = python_get(host, 8000, "/v1/models")
+    assert status == 200 and json.loads(body)["data"][0]["id"] == "standin-a"
+    assert python_get(host, 8000, "/v1/models", key=None)[0] == 401
+    assert "standin-a is ready after" in host.check_output(f"journalctl -u {UNIT_A} --no-pager -o cat")
+
+
+def test_engine_runs_unprivileged_with_nccl_and_timeouts(host):
+    pid = show(host, UNIT_A, "MainPID")["MainPID"]
+    assert host.check_output(f"ps -o user= -p {pid}").strip() == "inferhost"
+    # root in a podman container has no CAP_SYS_PTRACE: read another user's environ as that user
+    read = f"tr '\\0' '\\n' < /proc/{pid}/environ"
+    environ = host.check_output(f"runuser -u inferhost -- sh -c {shlex.quote(read)}").splitlines()
+    for assignment in (
+        "NCCL_PROTO=LL",
+        "NCCL_P2P_LEVEL=SYS",
+        "CUDA_VISIBLE_DEVICES=0,1",
+        f"INFERHOST_UNIT={UNIT_A}",
+        "VLLM_ENGINE_READY_TIMEOUT_S=120",
+        "HF_HUB_OFFLINE=1",
+    ):
+        assert assignment in environ, assignment
+
+
+def crash(host):
+    host.run(
+        "python3 -c \"import urllib.request as u; u.urlopen(u.Request('http://127.0.0.1:8000/standin/crash', "
+        "data=b'{}'), timeout=5)\""
+    )
+
+
+def restarted_after(host, before):
+    def check():
+        now = show(host, UNIT_A, "MainPID", "NRestarts", "ActiveState")
+        return now["ActiveState"] == "active" and now["MainPID"] != before["MainPID"] and now
+
+    return wait_until(check, timeout=90, what="the restart after the crash")
+
+
+def test_restart_after_a_crash(host, restore_a):
+    host.run_expect([0], f"systemctl reset-failed {UNIT_A}")  # earlier starts count against the rate limit
+    before = show(host, UNIT_A, "MainPID", "NRestarts")
+    crash(host)
+    after = restarted_after(host, before)
+    assert int(after["NRestarts"]) == int(before["NRestarts"]) + 1
+    assert python_get(host, 8000, "/v1/models")[0] == 200
+
+
+def test_restarts_are_rate_limited(host, restore_a):
+    since = int(time.time())
+    host.run_expect([0], f"systemctl reset-failed {UNIT_A}")
+    host.run_expect([0], f"systemctl restart {UNIT_A}")
+    # StartLimitBurst=3: this start and the restarts after two crashes are allowed, a fourth start is not.
+    for _ in range(2):
+        before = show(host, UNIT_A, "MainPID")
+        crash(host)
+        restarted_after(host, before)
+    crash(host)
+
+    def given_up():
+        return show(host, UNIT_A, "ActiveState")["ActiveState"] == "failed"
+
+    wait_until(given_up, timeout=60, what="the unit to give up")
+    assert "Start request repeated too quickly" in journal(host, UNIT_A, since)
+
+
+def test_starting_another_service_stops_the_first(host, restore_a):
+    since = int(time.time())
+    host.run_expect([0], f"systemctl start {UNIT_B}")
+    assert show(host, UNIT_A, "ActiveState")["ActiveState"] == "inactive"
+    assert show(host, UNIT_B, "ActiveState")["ActiveState"] == "active"
+    status, body = python_get(host, 8001, "/v1/models")
+    assert status == 200 and json.loads(body)["data"][0]["id"] == "standin-b"
+    # the stopped unit waited for its GPUs to be released before the next one started
+    assert "GPUs released" in journal(host, UNIT_A, since)
+
+
+def test_guard_refuses_when_another_process_holds_a_gpu(host, restore_a):
+    holder = start_holder(host)
+    since = int(time.time())
+    assert host.run(f"systemctl restart {UNIT_A}").rc != 0
+    log = journal(host, UNIT_A, since)
+    assert re.search(rf"nothing was stopped because these processes do not belong to it: pid {holder} \(sleep", log)
+    assert f"holds {NODE}" in log
+    assert host.run(f"kill -0 {holder}").rc == 0, "the guard must not touch a process of someone else"
+
+
+def test_guard_cleans_up_leftovers_of_its_own_unit(host, restore_a):
+    holder = start_holder(host, marker=UNIT_A)
+    since = int(time.time())
+    host.run_expect([0], f"systemctl restart {UNIT_A}")
+    assert f"leftover of {UNIT_A}: pid {holder}" in journal(host, UNIT_A, since)
+    assert host.run(f"kill -0 {holder}").rc != 0
+
+
+def test_guard_refuses_gpus_given_to_the_vm(host, restore_a):
+    link = "/srv/standin-sys/bus/pci/devices/0000:02:00.0/driver"
+    host.run_expect([0], f"ln -sfn ../../drivers/vfio-pci {link}")
+    try:
+        since = int(time.time())
+        assert host.run(f"systemctl restart {UNIT_A}").rc != 0
+        assert "GPU 0000:02:00.0 is bound to vfio-pci (given to the VM)" in journal(host, UNIT_A, since)
+    finally:
+        host.run_expect([0], f"ln -sfn ../../drivers/nvidia {link}")

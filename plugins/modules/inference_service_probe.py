@@ -1,0 +1,172 @@
+#!/usr/bin/python
+# SPDX-License-Identifier: Apache-2.0
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import urllib.error
+import urllib.request
+
+from ansible.module_utils.basic import AnsibleModule
+
+DOCUMENTATION = r"""
+---
+module: inference_service_probe
+short_description: Probe an inference service once - HTTP health, listed models, unit state, last log line
+description:
+  - One look at an OpenAI-compatible service on the target, for readiness waits and validation.
+  - Reads C(/health) and C(/v1/models); reads the systemd unit's state and its last journal line.
+  - The API key is read on the target from the unit's secret environment file, so it never travels.
+  - Changes nothing. The action M(inference_service_wait) calls it in a loop and prints progress.
+version_added: "0.1.0"
+author: inferhost contributors
+options:
+  url:
+    description: Base URL of the service, for example C(http://127.0.0.1:8000).
+    type: str
+    required: true
+  model:
+    description: The served model name that C(/v1/models) must list.
+    type: str
+    required: true
+  unit:
+    description: The systemd unit of the service; its state and last log line are reported.
+    type: str
+  secret_file:
+    description: Environment file with C(INFERHOST_API_KEY=...); missing or empty means no key.
+    type: path
+  http_timeout:
+    description: Seconds per HTTP request.
+    type: int
+    default: 5
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+"""
+
+EXAMPLES = r"""
+- name: Look at the service once
+  inference_service_probe:
+    url: http://127.0.0.1:8000
+    model: Qwen3.5-397B-A17B
+    unit: inference-qwen35.service
+    secret_file: /etc/inferhost/services/qwen35.secret.env
+  register: __probe
+"""
+
+RETURN = r"""
+ready:
+  description: C(/health) answered 200 and C(/v1/models) lists the model.
+  returned: always
+  type: bool
+health:
+  description: HTTP status of C(/health), or the connection error.
+  returned: always
+  type: raw
+models:
+  description: Model ids listed by C(/v1/models).
+  returned: always
+  type: list
+  elements: str
+unit_state:
+  description: ActiveState, SubState, Result, NRestarts, MainPID and ExecMainStatus of the unit.
+  returned: when unit is given
+  type: dict
+last_log:
+  description: The unit's last journal line that is not an access-log line of a probe.
+  returned: when unit is given
+  type: str
+"""
+
+
+PROBE_LINE = re.compile(r'"GET /(health|v1/models) HTTP')
+
+
+def read_key(path):
+    if not path:
+        return None
+    try:
+        with open(path, encoding="utf-8") as handle:
+            for line in handle:
+                name, sep, value = line.strip().partition("=")
+                if sep and name == "INFERHOST_API_KEY":
+                    value = value.strip()
+                    if len(value) >= 2 and value[0] == value[-1] == '"':
+                        value = value[1:-1].replace('\\"', '"').replace("\\\\", "\\")
+                    return value or None
+    except FileNotFoundError:
+        return None
+    return None
+
+
+def get(url, key, timeout):
+    request = urllib.request.Request(url)
+    if key:
+        request.add_header("Authorization", f"Bearer {key}")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            body = response.read()
+            try:
+                return response.status, json.loads(body or b"null")
+            except ValueError:
+                return response.status, None
+    except urllib.error.HTTPError as exc:
+        return exc.code, None
+    except (urllib.error.URLError, OSError) as exc:
+        return f"no answer: {getattr(exc, 'reason', exc)}", None
+
+
+def unit_state(module, unit):
+    props = "ActiveState,SubState,Result,NRestarts,MainPID,ExecMainStatus"
+    rc, out, err = module.run_command(["systemctl", "show", unit, "--property", props])
+    state = dict(line.split("=", 1) for line in out.splitlines() if "=" in line) if rc == 0 else {}
+    try:
+        log = subprocess.run(
+            ["journalctl", "--unit", unit, "--lines", "40", "--output", "cat", "--no-pager", "--quiet"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        ).stdout.splitlines()
+    except (OSError, subprocess.TimeoutExpired):
+        log = []
+    # The engine's own progress, not the access-log lines of these very probes.
+    useful = [line for line in log if line.strip() and not PROBE_LINE.search(line)]
+    return state, (useful or log or [""])[-1].strip()
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "url": {"type": "str", "required": True},
+            "model": {"type": "str", "required": True},
+            "unit": {"type": "str"},
+            "secret_file": {"type": "path"},
+            "http_timeout": {"type": "int", "default": 5},
+        },
+        supports_check_mode=True,
+    )
+    params = module.params
+    key = read_key(params["secret_file"])
+    base = params["url"].rstrip("/")
+    health, _ = get(base + "/health", key, params["http_timeout"])
+    models_status, body = get(base + "/v1/models", key, params["http_timeout"])
+    listed = [m.get("id") for m in (body or {}).get("data") or [] if isinstance(m, dict)]
+    result = {
+        "changed": False,
+        "health": health,
+        "models_status": models_status,
+        "models": listed,
+        "ready": health == 200 and models_status == 200 and params["model"] in listed,
+    }
+    if params["unit"]:
+        result["unit_state"], result["last_log"] = unit_state(module, params["unit"])
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
