@@ -8,6 +8,7 @@
 #   baseline   nothing of the stack applied
 #   conf-file  /etc/nccl.conf only (the process environment has no NCCL_* set)
 #   stack      /etc/nccl.conf + the .pth hook in the Python environment
+#   validate   playbooks/validate.yml (driver, device nodes, CUDA init, NCCL settings in the environment)
 #   override   the stack, with NCCL_PROTO=Simple set by the user (the user's value must win)
 # then removes everything the role placed (nccl_tuning_state=absent).
 set -euo pipefail
@@ -38,6 +39,12 @@ bench conf-file
 apply -e nccl_proof_env="$venv"
 echo "-- hook: $(ls "$("$py" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')"/*nccl*.pth)"
 bench stack
+echo "== validate.yml (driver, devices, cuda, nccl) in the environment $venv"
+ansible-playbook -i localhost, -c local -e ansible_python_interpreter="$py" -e validate_hosts=localhost \
+  -e '{"validate_checks": ["driver", "devices", "cuda", "nccl"]}' -e validate_environment="$venv" \
+  -e @inventory/example/group_vars/inference_guests/nccl_tuning.yml playbooks/validate.yml >"$out/validate.log" 2>&1 \
+  || { tail -n 60 "$out/validate.log"; echo "validate.yml failed"; }
+grep -E '"msg"|^localhost|failed=' "$out/validate.log" || true
 bench override NCCL_PROTO=Simple
 apply -e nccl_proof_env="$venv" >/dev/null
 echo "-- second apply: $(grep -oE 'changed=[0-9]+' "$out/ansible.log" | tail -n1)"
