@@ -1,0 +1,140 @@
+"""pve_host_gpu's checks, driven through pass and fail cases by checks.yml on the converged instances.
+
+Each case points the role's inputs (sysfs, procfs and modules roots, the inventory's variables) at a fake
+tree that prepare.yml built; one ansible-playbook run covers every case on every instance.
+"""
+
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+SCENARIO = Path(__file__).resolve().parents[1]
+ROOT = SCENARIO.parents[1]
+
+
+@pytest.fixture(scope="module")
+def outcomes(request, tmp_path_factory):
+    hosts = [h.split("://")[-1] for h in request.config.getoption("hosts").split(",") if h]
+    out = tmp_path_factory.mktemp("checks")
+    env = {**os.environ, "ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")}
+    argv = [
+        "ansible-playbook",
+        "-i",
+        ",".join(hosts) + ",",
+        "-c",
+        "containers.podman.podman",
+        "-e",
+        f"checks_out={out}",
+        str(SCENARIO / "checks.yml"),
+    ]
+    proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+    changed = re.findall(r"\bchanged=(\d+)", proc.stdout)
+    assert changed and set(changed) == {"0"}, "a check case changed the instance:\n" + proc.stdout[-3000:]
+    return {h: json.loads((out / f"{h}.json").read_text()) for h in hosts}
+
+
+@pytest.fixture
+def case(outcomes, host):
+    return outcomes[host.backend.name]
+
+
+def failed(outcome, *fragments):
+    assert outcome["failed"], f"expected a failure, the case passed: {outcome}"
+    for fragment in fragments:
+        assert fragment in outcome["msg"], f"{fragment!r} not in {outcome['msg']!r}"
+    return outcome
+
+
+def test_the_converged_configuration_passes(case):
+    assert case["passes"]["failed"] is False
+    assert case["passes"]["state_reasons"] is not None
+
+
+def test_every_check_accepts_what_the_inventory_allows(case):
+    # Secure Boot with the key enrolled, expected swap, an accepted mixed group, an allowed version change.
+    assert case["tolerated"]["failed"] is False, case["tolerated"]
+
+
+def test_a_malformed_driver_version_stops_before_any_change(case):
+    outcome = failed(
+        case["bad_version"], 'pve_host_gpu_driver_version: "590.48"', "is not a driver version such as 590.48.01"
+    )
+    assert outcome["task"] == "preflight | Check the driver version's form"
+
+
+def test_addresses_that_are_not_gpus_of_the_host_are_named(case):
+    outcome = failed(
+        case["missing_address"],
+        "pve_host_gpu_addresses: 0000:03:00.0 (no such PCI function), "
+        "0000:00:01.1 (vendor 0x1022 class 0x060400 is not a 0x10de GPU)",
+    )
+    assert outcome["task"].startswith("preflight | ")
+    assert "0000:01:00.0" not in outcome["msg"], "only the wrong addresses are named"
+
+
+def test_secure_boot_without_an_enrolled_key_stops_with_what_to_do(case):
+    failed(case["secure_boot_no_key"], "Secure Boot is on", "does not exist", "mokutil --import", "dkms generate_mok")
+
+
+def test_swap_the_inventory_does_not_expect_stops(case):
+    failed(case["swap_unexpected"], "Swap is active", "/dev/zd0", "pve_host_gpu_swap_expected")
+
+
+def test_a_gpu_sharing_its_iommu_group_with_a_nic_stops(case):
+    outcome = failed(case["group_mixed"], "GPU 0000:01:00.0 shares IOMMU group 10 with", "0000:02:00.0 (class 0x020000")
+    assert "0000:00:01.1" not in outcome["msg"], "a bridge in the group is not foreign"
+    assert "0000:01:00.1" not in outcome["msg"], "the GPU's own audio function is not foreign"
+
+
+def test_a_version_other_than_the_installed_one_is_refused(case):
+    outcome = failed(
+        case["other_version_installed"],
+        "has NVIDIA driver 590.48.01-1 installed",
+        "the inventory names 595.45.04",
+        "pve_host_gpu_driver_change_allowed=true",
+    )
+    assert outcome["task"] == "preflight | Refuse a driver version the inventory does not name"
+
+
+def test_a_version_the_repository_lacks_is_refused_with_what_it_offers(case):
+    failed(
+        case["version_not_offered"],
+        "pve_host_gpu_driver_version: 590.99.01 is not in the NVIDIA repository",
+        "590.48.01-1",
+        "595.45.04-1",
+    )
+
+
+def test_a_kernel_without_the_built_module_stops(case):
+    outcome = failed(
+        case["kernel_unbuilt"],
+        "The NVIDIA module is not built for 6.8.12-10-pve:",
+        "proxmox-headers-6.8.12-10-pve",
+        "dkms autoinstall",
+    )
+    assert "-9-pve" not in outcome["msg"] and "-2-pve" not in outcome["msg"], "built kernels are not named"
+
+
+def test_a_loaded_uvm_module_with_the_wrong_option_asks_for_a_reload(case):
+    outcome = case["uvm_wrong"]
+    assert outcome["failed"] is False, outcome
+    wrong = "nvidia_uvm is loaded with uvm_disable_hmm=N (wanted 1): reload it with the GPUs idle, or reboot"
+    assert wrong in outcome["state_reasons"]
+    assert wrong in outcome["reasons"]
+    assert not any("uvm" in r for r in case["passes"]["state_reasons"])
+
+
+def test_no_reboot_without_kernel_access_even_when_allowed(case, host):
+    outcome = case["uvm_wrong"]
+    assert outcome["reboot_now"] is False
+    assert "NVIDIA driver 590.48.01 installed" in outcome["reasons"]
+    if host.backend.name.endswith("bookworm"):
+        # The fake running kernel there was booted before the IOMMU arguments were added.
+        assert "the running kernel command line lacks amd_iommu=on iommu=pt pcie_aspm=off" in outcome["reasons"]
+    else:
+        assert not any("command line lacks" in r for r in outcome["reasons"])
