@@ -9,6 +9,7 @@ try:
     from ansible.module_utils.gpu_switch.cli import failure, make_switcher, run
     from ansible.module_utils.gpu_switch.config import load_config
     from ansible.module_utils.gpu_switch.errors import GpuSwitchError
+    from ansible.module_utils.gpu_switch.switch import drivers_view
 
     IMPORT_ERROR = None
 except ImportError as exc:  # PyYAML or proxmoxer missing on the host
@@ -144,18 +145,10 @@ FLAT = {
 }
 
 
-def where(result: dict) -> dict:
-    """The diff view: owner and every function's driver."""
-    return {
-        "owner": result.get("owner"),
-        "drivers": {f["address"]: f["driver"] for g in result.get("gpus", []) for f in g["functions"]},
-    }
-
-
 def planned(result: dict, command: str, host_driver: str, passthrough: str) -> dict:
     """Where the GPUs will be after a planned move (for the diff in check mode)."""
     if command not in ("to-vm", "to-ct") or not result.get("would_change"):
-        return where(result)
+        return drivers_view(result)
     drivers = {}
     for gpu in result.get("gpus", []):
         for fn in gpu["functions"]:
@@ -205,8 +198,8 @@ def main():
     outcome = run(command, switcher, dry_run=dry_run, force=params["force"], timeout=params["timeout"])
     result = outcome.result
     changed = bool(result.get("would_change") if dry_run else result.get("changed"))
-    before = result.get("before") or where(result)
-    after = planned(result, command, config.host_driver, config.passthrough_driver) if dry_run else where(result)
+    before = result.get("before") or drivers_view(result)
+    after = planned(result, command, config.host_driver, config.passthrough_driver) if dry_run else drivers_view(result)
     flat = {k: v for k, v in result.items() if k in FLAT}
     if outcome.exit_code:
         module.fail_json(msg=outcome.reason, rc=outcome.exit_code, changed=changed, **flat)

@@ -27,7 +27,7 @@ def test_the_package_and_the_command_are_installed(host):
     assert host.file("/usr/local/lib/inferhost/gpu_switch/switch.py").exists
     command = host.file("/usr/local/sbin/gpu-switch")
     assert command.mode == 0o755
-    assert "status | to-vm | to-ct | recover" in host.check_output("/usr/local/sbin/gpu-switch --help")
+    assert "{status,to-vm,to-ct,recover}" in host.check_output("/usr/local/sbin/gpu-switch --help")
 
 
 def test_status_without_an_api_reports_the_gpus_and_the_reason(host):

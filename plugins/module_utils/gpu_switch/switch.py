@@ -703,7 +703,7 @@ class Switcher:
         result.update(
             command=command, changed=False, dry_run=True, would_change=bool(steps), steps=[s.as_dict() for s in steps]
         )
-        result["before"] = _drivers(result)
+        result["before"] = drivers_view(result)
         return Outcome(result)
 
     def _move(
@@ -741,7 +741,7 @@ class Switcher:
                 config_added=recovery.get("config_added"),
             )
         self.journal.write(self._journal)
-        before = _drivers(self.describe(state))
+        before = drivers_view(self.describe(state))
         error, hung, failures = self.execute(steps)
         after = self.describe(self.read_state())
         after["before"] = before
@@ -897,7 +897,7 @@ def _holders_text(what: str, holders: list[Holder]) -> str:
     return f"{what}: " + "; ".join(map(str, holders[:8])) + ("; ..." if len(holders) > 8 else "")
 
 
-def _drivers(result: dict) -> dict:
+def drivers_view(result: dict) -> dict:
     """Owner and the driver of every function: the 'before' of a result (and the diff of the Ansible module)."""
     return {
         "owner": result.get("owner"),
