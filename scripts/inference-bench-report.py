@@ -35,9 +35,9 @@ def single_stream(result):
 
 def markdown(report):
     result, ceiling = report["result"], report["ceiling"]
-    title = report.get("service") or result["model"]
+    service = f" ({report['service']})" if report.get("service") else ""
     lines = [
-        f"# Benchmark: {result['model']} ({title})",
+        f"# Benchmark: {result['model']}{service}",
         "",
         f"{result['started']}; {result['input_tokens']} prompt words and {result['output_tokens']} output tokens "
         f"per request; concurrency x {result['rounds']} requests per level; {result['url']}.",

@@ -52,7 +52,14 @@ EXAMPLES = r"""
 
 RETURN = r"""
 kernel_module_version:
-  description: Version of the loaded nvidia kernel module (the host's, inside a container); null when none.
+  description:
+    - Version of the loaded nvidia kernel module (the host's, inside a container); null when none.
+    - Read from C(/sys/module/nvidia/version), else C(/proc/driver/nvidia/version), else what the driver reports
+      to nvidia-smi (sandboxes that hide both files).
+  returned: always
+  type: str
+kernel_module_source:
+  description: Where kernel_module_version was read.
   returned: always
   type: str
 userspace_version:
@@ -107,18 +114,36 @@ print(json.dumps(out))
 """
 
 
-def kernel_module_version():
+def kernel_module_version(smi):
+    """(version, where it was read): the module itself, or what the driver tells NVML through nvidia-smi."""
     try:
         with open("/sys/module/nvidia/version", encoding="utf-8") as handle:
-            return handle.read().strip() or None
+            version = handle.read().strip()
+            if version:
+                return version, "/sys/module/nvidia/version"
     except OSError:
         pass
     try:
         with open("/proc/driver/nvidia/version", encoding="utf-8") as handle:
             match = re.search(r"Kernel Module(?: for \S+)?\s+(\d+\.\d+(?:\.\d+)?)", handle.read())
-            return match.group(1) if match else None
+            if match:
+                return match.group(1), "/proc/driver/nvidia/version"
     except OSError:
-        return None
+        pass
+    versions = {gpu["driver_version"] for gpu in smi["gpus"]}
+    if len(versions) == 1:
+        return versions.pop(), "nvidia-smi"
+    return None, None
+
+
+# Where distributions and container runtimes put libcuda.so.1 (searched after ldconfig's cache).
+LIBRARY_DIRS = (
+    "/usr/lib/x86_64-linux-gnu",
+    "/usr/lib/aarch64-linux-gnu",
+    "/usr/lib64",
+    "/usr/lib",
+    "/usr/local/nvidia/lib64",
+)
 
 
 def userspace_version(module):
@@ -127,7 +152,8 @@ def userspace_version(module):
     if ldconfig:
         rc, out, _ = module.run_command([ldconfig, "-p"])
         candidates = [line.split("=>")[-1].strip() for line in out.splitlines() if "libcuda.so.1 " in line]
-    candidates += glob.glob("/usr/lib*/**/libcuda.so.1", recursive=True)
+    directories = [*os.environ.get("LD_LIBRARY_PATH", "").split(":"), *LIBRARY_DIRS]
+    candidates += [os.path.join(d, "libcuda.so.1") for d in directories if d]
     for path in candidates:
         match = re.search(r"libcuda\.so\.(\d+\.\d+(?:\.\d+)?)$", os.path.realpath(path))
         if match:
@@ -183,11 +209,14 @@ def main():
     if paths is None:
         numbered = sorted(glob.glob("/dev/nvidia[0-9]*"), key=lambda p: int(re.sub(r"\D", "", p) or 0))
         paths = ["/dev/nvidiactl", "/dev/nvidia-uvm", *numbered]
+    smi = nvidia_smi(module)
+    kernel, source = kernel_module_version(smi)
     result = {
         "changed": False,
-        "kernel_module_version": kernel_module_version(),
+        "kernel_module_version": kernel,
+        "kernel_module_source": source,
         "userspace_version": userspace_version(module),
-        "nvidia_smi": nvidia_smi(module),
+        "nvidia_smi": smi,
         "device_nodes": {path: os.path.exists(path) for path in paths},
     }
     if module.params["cuda"]:

@@ -45,21 +45,30 @@ def journal(host, unit, since):
     return host.check_output(f"journalctl -u {unit} --since @{since} --no-pager -o cat")
 
 
+HOLDERS = []
+
+
 def start_holder(host, marker=None):
+    """A process (not of any unit) that keeps a stand-in GPU node open; returns its pid."""
     env = f"env {shlex.quote('INFERHOST_UNIT=' + marker)} " if marker else ""
-    host.run_expect([0], f"setsid -f sh -c 'exec {env}sleep 600 <{NODE} >/dev/null 2>&1'")
+    pid_file = "/run/inferhost-test-holder.pid"
+    host.run_expect([0], f"rm -f {pid_file}")
+    host.run_expect([0], f"setsid -f sh -c 'echo $$ > {pid_file}; exec {env}sleep 600 <{NODE} >/dev/null 2>&1'")
 
-    def newest_sleep():
-        return host.run("pgrep -n -f '^sleep 600'").stdout.strip()
+    def written():
+        return host.run(f"cat {pid_file}").stdout.strip()
 
-    return int(wait_until(newest_sleep, what="holder pid"))
+    pid = int(wait_until(written, what="the holder's pid"))
+    HOLDERS.append(pid)
+    return pid
 
 
 @pytest.fixture
 def restore_a(host):
     """Leave svc-a active and nothing else holding the GPUs after a test."""
     yield
-    host.run("pkill -f '^sleep 600'")
+    while HOLDERS:
+        host.run(f"kill {HOLDERS.pop()}")
     host.run(f"systemctl reset-failed {UNIT_A} {UNIT_B}")
     host.run_expect([0], f"systemctl start {UNIT_A}")
 

@@ -1,6 +1,7 @@
 """The Ansible modules around the pure checks: inference_service_plan and inference_checkpoint_edit."""
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -122,3 +123,59 @@ def test_edit_errors(tmp_path, quant_file):
     assert run_module(EDIT, {"path": str(bad), "key": "a"})["failed"]
     result = run_module(EDIT, {"path": str(quant_file), "key": "producer.name.x", "state": "present", "value": 1})
     assert "producer.name is not a JSON object" in result["msg"]
+
+
+GPU = load_module("inference_gpu_facts")
+SMOKE = load_module("inference_smoke")
+
+
+def test_gpu_facts_from_nvidia_smi_when_the_module_files_are_hidden(tmp_path, monkeypatch):
+    smi = tmp_path / "bin/nvidia-smi"
+    smi.parent.mkdir()
+    smi.write_text("#!/bin/sh\necho '0, NVIDIA H200, 00000000:19:00.0, 580.159.03, 3'\n")
+    smi.chmod(0o755)
+    node = tmp_path / "nvidia0"
+    node.write_text("")
+    monkeypatch.setenv("PATH", f"{smi.parent}:{os.environ['PATH']}")
+    result = run_module(GPU, {"cuda": False, "device_paths": [str(node), str(tmp_path / "nvidia-uvm")]})
+    assert result["nvidia_smi"]["gpus"] == [
+        {
+            "index": 0,
+            "name": "NVIDIA H200",
+            "pci_bus_id": "00000000:19:00.0",
+            "driver_version": "580.159.03",
+            "memory_used_mib": 3,
+        }
+    ]
+    if result["kernel_module_source"] == "nvidia-smi":  # this machine has no nvidia module loaded
+        assert result["kernel_module_version"] == "580.159.03"
+    assert result["device_nodes"] == {str(node): True, str(tmp_path / "nvidia-uvm"): False}
+    assert "cuda" not in result
+
+
+def test_cuda_probe_reports_a_missing_driver_library(monkeypatch):
+    monkeypatch.setenv("LD_LIBRARY_PATH", "/nonexistent")
+    probe = GPU.cuda_probe(60)
+    if probe.get("init_rc") is None:  # no NVIDIA driver here, as on CI machines
+        assert "libcuda.so.1" in probe["error"]
+
+
+@pytest.mark.parametrize(
+    ("answer", "expect", "problem"),
+    [
+        ("The capital of France is Paris.", "paris", ""),
+        ("Lyon", ["Paris", "paris"], "the answer does not contain 'Paris' or 'paris'"),
+        ("!!!!!!!!!!!!!!!!!!!!!!!!", None, "one character repeated in most of the answer"),
+        ("the the the the the the the the the", None, "one token repeated in most of the answer"),
+        ("", None, "empty answer"),
+        (None, None, "empty answer"),
+    ],
+)
+def test_smoke_judges_answers(answer, expect, problem):
+    assert SMOKE.judge({"answer": answer, "reasoning_chars": 0}, expect) == problem
+
+
+def test_smoke_names_reasoning_that_used_up_max_tokens():
+    assert SMOKE.judge({"answer": None, "reasoning_chars": 900}, "x") == (
+        "content empty: the model spent max_tokens on reasoning"
+    )

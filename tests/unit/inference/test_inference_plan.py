@@ -317,3 +317,9 @@ def test_unparsable_version_is_an_error():
     assert parse_version("nightly") is None
     with pytest.raises(ValueError, match="cannot compare"):
         version_below("nightly", "0.17.0")
+
+
+def test_documentation_lists_every_rule():
+    page = (ROLE.parents[1] / "docs/services.md").read_text()
+    missing = [r["id"] for r in RULES if f"| `{r['id']}` |" not in page]
+    assert not missing, f"docs/services.md does not list {missing}"

@@ -1,0 +1,196 @@
+"""validate.yml and benchmark.yml run against the stand-in server on this machine (local connection)."""
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+from inference_refdata import MODELS, REFERENCE, ROOT
+
+STANDIN = ROOT / "tests/standin/openai_standin.py"
+KEY = "pl4ybook-key"
+
+
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def site(tmp_path, hardware):
+    """A checkpoint, a service environment with the NCCL hook, the secret file, and inventory variables."""
+    model = tmp_path / "models/MiniMax-M2.5"
+    shutil.copytree(MODELS / REFERENCE["minimax-m25"], model)
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    purelib = subprocess.check_output(
+        [str(venv / "bin/python"), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], text=True
+    ).strip()
+    # What nccl_tuning installs in an environment.
+    hook = "import os; [os.environ.setdefault(k, v) for k, v in (('NCCL_PROTO', 'LL'), ('NCCL_ALGO', 'Ring'))]\n"
+    (tmp_path / purelib / "00-inferhost-nccl.pth").write_text(hook)
+    secrets = tmp_path / "secrets"
+    secrets.mkdir()
+    (secrets / "mm.secret.env").write_text(f'INFERHOST_API_KEY="{KEY}"\n')
+    port = free_port()
+    variables = {
+        "inference_service_active": "mm",
+        "inference_service_hardware": hardware,
+        "inference_service_services": [
+            {
+                "name": "mm",
+                "engine": "vllm",
+                "environment": str(venv),
+                "model": {
+                    "path": str(model),
+                    "served_name": "MiniMax-M2.5",
+                    "active_params_b": 10,
+                    "quantization": "fp8",
+                    "quantized": "all_linear",
+                },
+                "gpus": [0, 1, 2, 3],
+                "tensor_parallel_size": 4,
+                "port": port,
+            }
+        ],
+        "nccl_tuning_settings": [
+            {"name": "NCCL_PROTO", "value": "LL", "reason": "r"},
+            {"name": "NCCL_ALGO", "value": "Ring", "reason": "r"},
+        ],
+        "inference_service_config_dir": str(secrets),
+        "validate_hosts": "localhost",
+        "benchmark_hosts": "localhost",
+        "ansible_python_interpreter": sys.executable,
+    }
+    return {"tmp": tmp_path, "port": port, "vars": variables}
+
+
+@pytest.fixture
+def standin(site):
+    procs = []
+
+    def start(*extra, env=None):
+        argv = [sys.executable, str(STANDIN), "serve", "/x/MiniMax-M2.5", "--port", str(site["port"])]
+        proc = subprocess.Popen(
+            [*argv, "--api-key", KEY, *extra], stdout=subprocess.DEVNULL, env={**os.environ, **(env or {})}
+        )
+        procs.append(proc)
+        for _ in range(300):
+            try:
+                socket.create_connection(("127.0.0.1", site["port"]), timeout=0.1).close()
+                return proc
+            except OSError:
+                time.sleep(0.02)
+        raise RuntimeError("stand-in did not start")
+
+    yield start
+    for proc in procs:
+        proc.kill()
+        proc.wait()
+
+
+def playbook(site, name, **extra):
+    variables = {**site["vars"], **extra}
+    path = site["tmp"] / "vars.json"
+    path.write_text(json.dumps(variables))
+    argv = ["ansible-playbook", "-i", "localhost,", "-c", "local", str(ROOT / "playbooks" / name), "-e", f"@{path}"]
+    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
+    done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
+    # The YAML callback wraps long lines: compare with whitespace collapsed.
+    return done.returncode, " ".join((done.stdout + done.stderr).split())
+
+
+def test_validate_checks_nccl_and_answers(site, standin):
+    standin()
+    time.sleep(0.2)
+    rc, out = playbook(site, "validate.yml", validate_checks=["nccl", "smoke"])
+    assert rc == 0, out[-4000:]
+    assert '"NCCL_PROTO": "LL"' in out and '"NCCL_ALGO": "Ring"}, as the inventory says' in out
+    assert "3/3 prompts answered well" in out
+    assert "What is 17 + 25? Answer with the number only. -> 42" in out
+
+
+def test_validate_reports_reasoning_models_that_spend_max_tokens_on_reasoning(site, standin):
+    standin(env={"STANDIN_REASONING": "1", "STANDIN_REASONING_TOKENS": "300"})
+    rc, out = playbook(site, "validate.yml", validate_checks=["smoke"])
+    assert rc == 0, out[-4000:]
+    assert "3 answered only after the model had spent max_tokens on reasoning (content null)" in out
+
+
+def test_validate_fails_on_a_wrong_answer_and_on_missing_nccl_settings(site, standin):
+    standin()
+    prompts = [{"prompt": "What is the capital of France?", "expect": "Lyon"}]
+    rc, out = playbook(site, "validate.yml", validate_checks=["smoke"], validate_prompts=prompts)
+    assert rc != 0 and "the answer does not contain 'Lyon'" in out
+    wanted = [*site["vars"]["nccl_tuning_settings"], {"name": "NCCL_P2P_LEVEL", "value": "SYS", "reason": "r"}]
+    rc, out = playbook(site, "validate.yml", validate_checks=["nccl"], nccl_tuning_settings=wanted)
+    assert rc != 0 and "wrong or missing: NCCL_P2P_LEVEL" in out
+
+
+def test_benchmark_writes_json_markdown_and_png_with_the_ceiling(site, standin):
+    standin(env={"STANDIN_TOKEN_LATENCY": "0.001"})
+    out_dir = site["tmp"] / "results"
+    rc, out = playbook(
+        site,
+        "benchmark.yml",
+        benchmark_concurrency=[1, 2, 4],
+        benchmark_rounds=1,
+        benchmark_input_tokens=8,
+        benchmark_output_tokens=16,
+        benchmark_output_dir=str(out_dir),
+        benchmark_name="mm",
+    )
+    assert rc == 0, out[-4000:]
+    report = json.loads((out_dir / "mm/benchmark.json").read_text())
+    assert [lv["concurrency"] for lv in report["result"]["levels"]] == [1, 2, 4]
+    assert all(lv["errors"] == 0 for lv in report["result"]["levels"])
+    assert report["ceiling"]["tokens_per_s"] == 323.9
+    assert report["ratio"]["ratio"] > 0
+    assert "| **ceiling** | **323.9 tok/s** |" in (out_dir / "mm/benchmark.md").read_text()
+    assert (out_dir / "mm/benchmark.png").read_bytes().startswith(b"\x89PNG")
+    assert "measured / ceiling" in out
+
+
+def fake_python(directory, lines):
+    """An "environment" whose python prints what NCCL would print (this machine has no GPU)."""
+    (directory / "bin").mkdir(parents=True)
+    script = directory / "bin/python"
+    body = "".join(f"echo {json.dumps(line)}\n" for line in lines)
+    script.write_text(f'#!/bin/sh\necho "argv: $*"; env | grep -E "^(NCCL|KEEP)" | sed "s/^/env: /"\n{body}')
+    script.chmod(0o755)
+    return directory
+
+
+def test_nccl_init_check_reads_what_nccl_reports(site):
+    env = fake_python(
+        site["tmp"] / "gpu-env",
+        [
+            "h:1:1 [0] NCCL INFO NCCL_PROTO set by environment to LL",
+            "h:1:1 [0] NCCL INFO NCCL_ALGO set by environment to Ring",
+            "validate-nccl-init: all-reduce correct on 1 GPU(s), NCCL (2, 28, 9)",
+        ],
+    )
+    service = {**site["vars"]["inference_service_services"][0], "environment": str(env)}
+    rc, out = playbook(
+        site,
+        "validate.yml",
+        validate_checks=["nccl_init"],
+        inference_service_services=[service],
+        validate_nccl_init_env={"KEEP_ME": "1"},
+    )
+    assert rc == 0, out[-4000:]
+    assert "all-reduce correct on 1 GPU(s)" in out
+    assert "NCCL_PROTO set by environment to LL; NCCL_ALGO set by environment to Ring" in out
+
+
+def test_nccl_init_check_fails_when_nccl_did_not_take_a_setting(site):
+    env = fake_python(site["tmp"] / "gpu-env", ["h:1:1 [0] NCCL INFO NCCL_PROTO set by environment to Simple"])
+    service = {**site["vars"]["inference_service_services"][0], "environment": str(env)}
+    rc, out = playbook(site, "validate.yml", validate_checks=["nccl_init"], inference_service_services=[service])
+    assert rc != 0
+    assert "NCCL did not report NCCL_PROTO set by environment to LL, NCCL_ALGO set by environment to Ring" in out
