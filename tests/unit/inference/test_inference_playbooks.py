@@ -144,6 +144,7 @@ def test_benchmark_writes_json_markdown_and_png_with_the_ceiling(site, standin):
         benchmark_output_tokens=16,
         benchmark_output_dir=str(out_dir),
         benchmark_name="mm",
+        benchmark_poll=1,
     )
     assert rc == 0, out[-4000:]
     report = json.loads((out_dir / "mm/benchmark.json").read_text())
@@ -172,6 +173,7 @@ def test_nccl_init_check_reads_what_nccl_reports(site):
         [
             "h:1:1 [0] NCCL INFO NCCL_PROTO set by environment to LL",
             "h:1:1 [0] NCCL INFO NCCL_ALGO set by environment to Ring",
+            "h:1:1 [0] NCCL INFO NCCL_NVLS_ENABLE set by environment to 0.",
             "validate-nccl-init: all-reduce correct on 1 GPU(s), NCCL (2, 28, 9)",
         ],
     )
@@ -185,7 +187,9 @@ def test_nccl_init_check_reads_what_nccl_reports(site):
     )
     assert rc == 0, out[-4000:]
     assert "all-reduce correct on 1 GPU(s)" in out
-    assert "NCCL_PROTO set by environment to LL; NCCL_ALGO set by environment to Ring" in out
+    assert "NCCL_PROTO set by environment to LL; NCCL_ALGO set by environment to Ring;" in out
+    # NCCL ends some of these lines with a full stop; it is not part of the value
+    assert "NCCL_NVLS_ENABLE set by environment to 0" in out and "to 0." not in out
 
 
 def test_nccl_init_check_fails_when_nccl_did_not_take_a_setting(site):
