@@ -53,8 +53,8 @@ options:
     default: [nvidia, nvidia_uvm]
   module_options:
     description:
-      - Module parameters as configured, C({module: {parameter: value}}); each loaded module's parameters are
-        compared with them (C(1) matches the C(Y) sysfs shows for a boolean).
+      - Module parameters as configured, a dict of dicts (module, then parameter and value); each loaded module's
+        parameters are compared with them (C(1) matches the C(Y) sysfs shows for a boolean).
     type: dict
     default: {}
   mok_key:

@@ -1,0 +1,473 @@
+#!/usr/bin/python
+# SPDX-License-Identifier: Apache-2.0
+
+from __future__ import annotations
+
+import re
+
+from ansible.module_utils.basic import AnsibleModule, env_fallback, missing_required_lib
+from ansible.module_utils.pve_api import HAS_PROXMOXER, PROXMOXER_ERROR, connect, connection_spec, explain, who
+from ansible.module_utils.pve_guest_config import (
+    EntryError,
+    apply,
+    canonical_dev,
+    canonical_hostpci,
+    config_text,
+    covers,
+    dev_value,
+    hostpci_id,
+    hostpci_value,
+    parse_dev,
+    parse_hostpci,
+    plan,
+)
+
+DOCUMENTATION = r"""
+---
+module: pve_guest_gpu_config
+short_description: Manage the GPU entries of a Proxmox guest's config (a container's devN, a VM's hostpciN)
+description:
+  - For a container (O(type=lxc)), makes its C(devN) entries pass exactly the O(devices) among the device nodes
+    it manages (paths matching O(manage_pattern)); for a VM (O(type=qemu)), makes its C(hostpciN) entries pass
+    exactly the O(hostpci) devices among those it manages (the wanted ones and O(managed_hosts)).
+  - Every other line of the guest's config stays as it is, other C(devN) and C(hostpciN) entries included. An entry
+    already right keeps its key; a new one takes the lowest free index; the write carries the config digest, so a
+    concurrent edit makes it fail instead of being overwritten.
+  - Validates every entry itself (a fake or a real PVE may accept a malformed C(hostpciN) string and fail only
+    when the VM starts), and checks that C(pcie=1) meets a C(q35) machine.
+  - PVE lets only C(root@pam) set C(devN) and raw C(hostpciN); an API token is never C(root@pam). The module says so
+    when PVE refuses, with what to use instead.
+version_added: "0.1.0"
+author: inferhost contributors
+requirements: [proxmoxer >= 2.0]
+options:
+  api_backend:
+    description: C(https) talks to O(api_host); C(local) runs C(pvesh) on the node itself, as root (root@pam).
+    type: str
+    choices: [https, local]
+    default: https
+  api_host:
+    description: The PVE API host (env C(PROXMOX_HOST)).
+    type: str
+    default: localhost
+  api_port:
+    description: The PVE API port.
+    type: int
+    default: 8006
+  api_user:
+    description: User to log in as (env C(PROXMOX_USER)). C(devN) and raw C(hostpciN) need C(root@pam).
+    type: str
+    default: root@pam
+  api_password:
+    description: The user's password (env C(PROXMOX_PASSWORD)); keep it in Ansible Vault.
+    type: str
+  api_token_id:
+    description: Name of an API token of O(api_user) (env C(PROXMOX_TOKEN_ID)); PVE refuses tokens for C(devN).
+    type: str
+  api_token_secret:
+    description: The token's secret (env C(PROXMOX_TOKEN_SECRET)).
+    type: str
+  validate_certs:
+    description: Verify the API's TLS certificate.
+    type: bool
+    default: true
+  ca_path:
+    description: CA file to verify the certificate with (on a node, C(/etc/pve/pve-root-ca.pem)).
+    type: path
+  api_timeout:
+    description: Seconds an API call may take (proxmoxer's own default, 5, is too short for a loaded host).
+    type: int
+    default: 30
+  node:
+    description: The PVE node the guest is on.
+    type: str
+    required: true
+  vmid:
+    description: The guest's id.
+    type: int
+    required: true
+  type:
+    description: C(lxc) for a container (devN entries), C(qemu) for a VM (hostpciN entries).
+    type: str
+    choices: [lxc, qemu]
+    required: true
+  devices:
+    description: For O(type=lxc), the device nodes to pass, in order.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      path:
+        description: Device node under C(/dev), for example C(/dev/nvidia0).
+        type: str
+        required: true
+      mode:
+        description: Access mode inside the container, for example C(0666).
+        type: str
+      uid:
+        description: Owner inside the container.
+        type: int
+      gid:
+        description: Group inside the container.
+        type: int
+      deny_write:
+        description: Pass the device read-only.
+        type: bool
+        default: false
+  manage_pattern:
+    description: For O(type=lxc), regular expression of the device paths this module owns; other devN stay.
+    type: str
+    default: "^/dev/nvidia"
+  hostpci:
+    description: For O(type=qemu), the PCI devices to pass, in order.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      host:
+        description: PCI address; a slot without function (C(0000:01:00)) passes every function of the GPU.
+        type: str
+        required: true
+      pcie:
+        description: Attach as PCI Express (needs C(machine q35)).
+        type: bool
+        default: true
+      rombar:
+        description: Make the ROM visible to the guest (PVE default on).
+        type: bool
+      x_vga:
+        description: Primary GPU of the VM.
+        type: bool
+      driver:
+        description: C(vfio) (bind to vfio-pci at start) or C(keep) (PVE 9 only).
+        type: str
+        choices: [vfio, keep]
+      romfile:
+        description: ROM file under C(/usr/share/kvm).
+        type: str
+  managed_hosts:
+    description:
+      - For O(type=qemu), more PCI addresses whose hostpciN entries this module owns and removes when they are not
+        in O(hostpci) (for example every GPU of the host, so a GPU taken out of the list leaves the VM).
+    type: list
+    elements: str
+    default: []
+  state:
+    description: C(present) makes the entries match; C(absent) removes every entry the module owns.
+    type: str
+    choices: [present, absent]
+    default: present
+  context:
+    description: Prefix of error messages, naming the inventory variable that described this guest.
+    type: str
+    default: ""
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
+"""
+
+EXAMPLES = r"""
+- name: Pass the GPU device nodes to the container
+  pve_guest_gpu_config:
+    api_password: "{{ vault_pve_root_password }}"
+    ca_path: /etc/pve/pve-root-ca.pem
+    node: pve1
+    vmid: 101
+    type: lxc
+    devices:
+      - {path: /dev/nvidia0}
+      - {path: /dev/nvidiactl}
+      - {path: /dev/nvidia-uvm}
+      - {path: /dev/nvidia-uvm-tools}
+
+- name: Pass two GPUs, every function, to the VM
+  pve_guest_gpu_config:
+    api_backend: local
+    node: pve1
+    vmid: 201
+    type: qemu
+    hostpci:
+      - {host: "0000:01:00"}
+      - {host: "0000:81:00"}
+"""
+
+RETURN = r"""
+entries:
+  description: The managed entries after the change (what they would be, in check mode).
+  returned: success
+  type: dict
+  sample: {dev0: /dev/nvidia0, dev1: /dev/nvidiactl}
+updates:
+  description: The keys set and their values.
+  returned: success
+  type: dict
+deleted:
+  description: The keys removed.
+  returned: success
+  type: list
+  elements: str
+pending:
+  description: Managed keys that wait for the guest's next start (a running guest takes them then).
+  returned: success
+  type: list
+  elements: str
+"""
+
+
+def module_args():
+    return dict(
+        node=dict(type="str", required=True),
+        vmid=dict(type="int", required=True),
+        type=dict(type="str", required=True, choices=["lxc", "qemu"]),
+        devices=dict(
+            type="list",
+            elements="dict",
+            default=[],
+            options=dict(
+                path=dict(type="str", required=True),
+                mode=dict(type="str"),
+                uid=dict(type="int"),
+                gid=dict(type="int"),
+                deny_write=dict(type="bool", default=False),
+            ),
+        ),
+        manage_pattern=dict(type="str", default="^/dev/nvidia"),
+        hostpci=dict(
+            type="list",
+            elements="dict",
+            default=[],
+            options=dict(
+                host=dict(type="str", required=True),
+                pcie=dict(type="bool", default=True),
+                rombar=dict(type="bool"),
+                x_vga=dict(type="bool"),
+                driver=dict(type="str", choices=["vfio", "keep"]),
+                romfile=dict(type="str"),
+            ),
+        ),
+        managed_hosts=dict(type="list", elements="str", default=[]),
+        state=dict(type="str", choices=["present", "absent"], default="present"),
+        context=dict(type="str", default=""),
+    )
+
+
+class GuestGpuConfig:
+    """Read, plan, write: the API calls sit in get_config/put_config/guest_type so tests can watch them."""
+
+    def __init__(self, module, api=None):
+        self.module = module
+        self.p = module.params
+        self.api = api
+        self.where = f"{self.p['type']} {self.p['vmid']} on node {self.p['node']}"
+
+    def fail(self, msg, **kw):
+        prefix = f"{self.p['context']}: " if self.p["context"] else ""
+        self.module.fail_json(msg=prefix + msg, **kw)
+
+    def guest(self):
+        return getattr(self.api.nodes(self.p["node"]), self.p["type"])(self.p["vmid"])
+
+    def get_config(self):
+        return self.guest().config.get()
+
+    def put_config(self, data):
+        return self.guest().config.put(**data)
+
+    def get_pending(self):
+        return self.guest().pending.get()
+
+    def effective(self):
+        """(config as the guest's next start will use it, keys still pending): pending values applied.
+
+        PVE's GET /config applies pending values by default, but not every implementation does, and a running
+        guest keeps most changes pending until its next start; reading /pending makes both cases alike.
+        """
+        config = dict(self.get_config())
+        try:
+            rows = self.get_pending()
+        except Exception:  # noqa: BLE001 - older or partial APIs: the config alone is what we know
+            return config, []
+        keys = []
+        for row in rows:
+            if row.get("delete"):
+                config.pop(row["key"], None)
+                keys.append(row["key"])
+            elif "pending" in row:
+                config[row["key"]] = row["pending"]
+                keys.append(row["key"])
+        return config, sorted(keys)
+
+    def guest_type(self):
+        """('lxc'|'qemu', node) of the vmid anywhere in the cluster, or (None, None)."""
+        for row in self.api.cluster.resources.get(type="vm"):
+            if int(row.get("vmid", -1)) == self.p["vmid"]:
+                return row.get("type"), row.get("node")
+        return None, None
+
+    # --- wanted entries ------------------------------------------------------------------------------
+
+    def wanted(self):
+        kind = "devices" if self.p["type"] == "lxc" else "hostpci"
+        other = "hostpci" if kind == "devices" else "devices"
+        if self.p[other]:
+            self.fail(
+                f"{other} is for {'VMs (type qemu)' if other == 'hostpci' else 'containers (type lxc)'}, "
+                f"vmid {self.p['vmid']} is given as type {self.p['type']}"
+            )
+        if self.p["state"] == "absent":
+            return []
+        out = []
+        for n, entry in enumerate(self.p[kind]):
+            try:
+                value = dev_value(entry) if kind == "devices" else hostpci_value(entry)
+            except EntryError as exc:
+                self.fail(f"{kind}[{n}]: {exc}")
+            if kind == "devices" and not re.search(self.p["manage_pattern"], parse_dev(value)["path"]):
+                self.fail(
+                    f"{kind}[{n}]: {entry['path']} does not match manage_pattern {self.p['manage_pattern']!r}, "
+                    "so the module could not tell it is its own on the next run"
+                )
+            out.append(value)
+        if len(set(out)) != len(out):
+            self.fail(f"{kind} names the same device twice")
+        return out
+
+    def owner(self, wanted):
+        """owns(canonical_or_None, raw) for plan()."""
+        if self.p["type"] == "lxc":
+            pattern = re.compile(self.p["manage_pattern"])
+
+            def owns_dev(value, raw):
+                path = parse_dev(value)["path"] if value else str(raw).split(",")[0].replace("path=", "")
+                return bool(pattern.search(path))
+
+            return owns_dev
+        managed = set()
+        for text in list(self.p["managed_hosts"]) + [h for v in wanted for h in parse_hostpci(v)["host"]]:
+            try:
+                managed.add(hostpci_id(text))
+            except EntryError as exc:
+                self.fail(f"managed_hosts: {exc}")
+
+        def owns_pci(value, raw):
+            if value is None:
+                return any(m in str(raw).lower() for m in managed)
+            ids = parse_hostpci(value)["host"]
+            return any(covers(ids, m) or covers([m], i) for m in managed for i in ids)
+
+        return owns_pci
+
+    # --- the run -------------------------------------------------------------------------------------
+
+    def read(self):
+        try:
+            return self.effective()
+        except Exception as exc:  # noqa: BLE001 - every API failure becomes a message
+            text = str(getattr(exc, "content", "") or exc)
+            if "does not exist" in text or getattr(exc, "status_code", None) in (404, 500):
+                kind, node = self.guest_type()
+                if kind and kind != self.p["type"]:
+                    noun = {"lxc": "a container", "qemu": "a VM"}
+                    self.fail(
+                        f"vmid {self.p['vmid']} is {noun[kind]} (type {kind}) on node {node}, not "
+                        f"{noun[self.p['type']]}; check the vmid"
+                    )
+                if kind and node != self.p["node"]:
+                    self.fail(f"vmid {self.p['vmid']} is on node {node}, not {self.p['node']}")
+                if not kind:
+                    self.fail(f"vmid {self.p['vmid']} does not exist in the cluster")
+            self.fail(explain(exc, self.p, f"reading the config of {self.where}"))
+
+    def check_machine(self, config, wanted):
+        if self.p["type"] != "qemu":
+            return
+        if any(parse_hostpci(v)["options"].get("pcie") == "1" for v in wanted):
+            machine = str(config.get("machine", ""))
+            if "q35" not in machine:
+                self.fail(
+                    f"pcie=1 needs a q35 machine, and VM {self.p['vmid']} has machine "
+                    f"{machine or 'i440fx (the default)'}; set machine: q35 on the VM, or pcie: false"
+                )
+
+    def run(self, wanted):
+        config, pending = self.read()
+        self.check_machine(config, wanted)
+        kind = "dev" if self.p["type"] == "lxc" else "hostpci"
+        owns = self.owner(wanted)
+        try:
+            updates, deletes, warnings = plan(config, wanted, kind, owns)
+        except EntryError as exc:
+            self.fail(str(exc))
+        for warning in warnings:
+            self.module.warn(f"{self.where}: {warning}")
+        before = {k: v for k, v in config.items() if k != "digest"}
+        after = apply(before, updates, deletes)
+        changed = bool(updates or deletes)
+        result = dict(
+            changed=changed,
+            updates=updates,
+            deleted=deletes,
+            diff=dict(
+                before=config_text(before), after=config_text(after), before_header=self.where, after_header=self.where
+            ),
+        )
+        if changed and not self.module.check_mode:
+            data = dict(updates, digest=config.get("digest"))
+            if deletes:
+                data["delete"] = ",".join(deletes)
+            data = {k: v for k, v in data.items() if v is not None}
+            setting = "a container's devN entries" if kind == "dev" else "a VM's raw hostpciN entries"
+            try:
+                self.put_config(data)
+            except Exception as exc:  # noqa: BLE001 - every API failure becomes a message
+                self.fail(
+                    explain(exc, self.p, f"writing {', '.join(sorted(updates) + deletes)} of {self.where}", setting),
+                    updates=updates,
+                    deleted=deletes,
+                )
+            after, pending = self.effective()
+            after.pop("digest", None)
+        pattern = re.compile(rf"^{kind}\d+$")
+        result["pending"] = [k for k in pending if pattern.match(k)]
+        result["entries"] = {k: v for k, v in after.items() if pattern.match(k) and owns(_safe(kind, v), v)}
+        return result
+
+
+def _safe(kind, value):
+    try:
+        return canonical_dev(value) if kind == "dev" else canonical_hostpci(value)
+    except EntryError:
+        return None
+
+
+def main():
+    spec = connection_spec(env_fallback)
+    spec.update(module_args())
+    module = AnsibleModule(
+        argument_spec=spec,
+        supports_check_mode=True,
+        required_together=[("api_token_id", "api_token_secret")],
+        mutually_exclusive=[("api_password", "api_token_id")],
+    )
+    if not HAS_PROXMOXER:
+        module.fail_json(msg=missing_required_lib("proxmoxer"), exception=str(PROXMOXER_ERROR))
+    p = module.params
+    if p["api_backend"] == "https" and not (p["api_password"] or p["api_token_id"]):
+        module.fail_json(
+            msg=f"{p['context'] + ': ' if p['context'] else ''}api_password (or api_token_id and "
+            "api_token_secret) is needed to log in to the PVE API over https; devN and raw hostpciN "
+            "need root@pam with its password, or api_backend: local on the node"
+        )
+    runner = GuestGpuConfig(module)
+    wanted = runner.wanted()  # every entry is validated before the first API call
+    try:
+        runner.api = connect(p)
+    except Exception as exc:  # noqa: BLE001 - login failures become a message
+        module.fail_json(msg=f"could not log in to the PVE API at {p['api_host']}:{p['api_port']} as {who(p)}: {exc}")
+    module.exit_json(**runner.run(wanted))
+
+
+if __name__ == "__main__":
+    main()
