@@ -138,6 +138,18 @@ def test_state_absent_removes_only_the_modules_entries(pve, args):
     }
 
 
+def test_nodes_outside_the_manage_pattern_stay(pve, args):
+    # gpu-switch adds /dev/nvidia-caps nodes on a move; the role owns only the kinds it writes.
+    pve.ct(101).config["dev7"] = "/dev/nvidia-caps/nvidia-cap1"
+    pattern = "^/dev/nvidia[0-9]+$|^(/dev/nvidiactl|/dev/nvidia-uvm|/dev/nvidia-uvm-tools)$"
+    result = run_module(MODULE, ct_args(args, manage_pattern=pattern))
+    assert result["changed"] is True and result["deleted"] == []
+    assert pve.ct(101).config["dev7"] == "/dev/nvidia-caps/nvidia-cap1"
+    assert "dev7" not in result["entries"]
+    outside = run_module(MODULE, ct_args(args, paths=["/dev/nvidia-modeset"], manage_pattern=pattern))
+    assert outside["failed"] and "does not match manage_pattern" in outside["msg"]
+
+
 def test_options_reach_the_api(pve, args):
     result = run_module(
         MODULE, args(vmid=101, type="lxc", devices=[{"path": "/dev/nvidia-uvm", "mode": "0666", "gid": 44}])
