@@ -45,3 +45,68 @@ def test_the_environment_uses_the_system_python(host):
     cfg = host.file(f"{SERVE}/pyvenv.cfg").content_string
     assert "home = /usr/bin" in cfg
     assert host.check_output(f"{PY} -c 'import sys; print(sys.base_prefix)'") == "/usr"
+
+
+# --- source_build --------------------------------------------------------------------------------
+
+CACHE = "/var/cache/inferhost/wheels/demo-ext"
+CC_LOG = "/var/log/inferhost-test-cc.log"
+
+
+def build_dirs(host):
+    keys = host.check_output(f"ls -1 {CACHE}").split()
+    return {key: json.loads(host.file(f"{CACHE}/{key}/build.json").content_string) for key in keys}
+
+
+def test_the_installed_extension_carries_the_current_patch(host):
+    assert host.check_output(f"{PY} -c 'import demo_ext; print(demo_ext.answer())'") == "42"
+
+
+def test_each_patch_set_built_once_and_no_cache_hit_started_a_compiler(host):
+    # prepare built with patch answer-40, converge with answer-42; the idempotence and --check runs
+    # that followed found both in the cache and must not have compiled anything.
+    compiles = [line for line in host.file(CC_LOG).content_string.splitlines() if " -c src/native.c " in line]
+    assert len(compiles) == 2
+    builds = build_dirs(host)
+    assert sorted(b["key_inputs"]["patches"][0]["name"] for b in builds.values()) == ["answer-40", "answer-42"]
+
+
+def test_the_installed_wheel_is_the_one_of_the_current_key(host):
+    current = [key for key, b in build_dirs(host).items() if b["key_inputs"]["patches"][0]["name"] == "answer-42"]
+    assert len(current) == 1
+    wheel = host.check_output(f"ls {CACHE}/{current[0]}/*.whl")
+    direct_url = host.check_output(
+        f"cat {SERVE}/lib/python3*/site-packages/inferhost_demo_ext-1.0.dist-info/direct_url.json"
+    )
+    assert json.loads(direct_url)["url"] == f"file://{wheel}"
+
+
+def test_the_computed_job_count_reached_the_build(host):
+    build = next(b for b in build_dirs(host).values() if b["key_inputs"]["patches"][0]["name"] == "answer-42")
+    plan = build["parallelism"]
+    seen = json.loads(host.check_output(f"{PY} -c 'import demo_ext, json; print(json.dumps(demo_ext.BUILD))'"))
+    assert seen["MAX_JOBS"] == str(plan["jobs"]) and seen["NVCC_THREADS"] == str(plan["threads"])
+    # The formula, from the figures the plan recorded: memory first, then cores, then the cap of 3.
+    by_memory = int((plan["available_gb"] - 1) // (1 * plan["threads"]))
+    assert plan["jobs"] == min(by_memory, plan["cpus"] // plan["threads"], 3) >= 1
+    assert seen["CC"] == "/usr/local/bin/cc-logged" and seen["DEMO_FLAG"] == "-DSTANDIN=1"
+
+
+def test_each_build_left_its_log(host):
+    for key in build_dirs(host):
+        log = host.file(f"{CACHE}/{key}/build.log").content_string
+        assert "# command: /usr/local/bin/uv build --wheel --no-build-isolation" in log
+        assert "# env MAX_JOBS=" in log and "# finished after" in log and ": ok" in log.splitlines()[-1]
+
+
+def test_the_wheel_was_installed_without_its_dependencies(host):
+    probe = host.run(
+        shlex.join([PY, "-c", "import importlib.metadata as m; m.version('inferhost-demo-missing-dependency')"])
+    )
+    assert probe.rc != 0
+
+
+def test_the_source_checkout_carries_exactly_the_patch_set(host):
+    src = "/var/lib/inferhost/source-build/src/demo-ext"
+    assert host.check_output(f"git -C {src} status --porcelain --untracked-files=no").split() == ["M", "src/native.c"]
+    assert "#define ANSWER 42" in host.file(f"{src}/src/native.c").content_string

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import tempfile
 
 from .cachekey import normalise_patch
@@ -65,21 +64,15 @@ class Repo:
     def pristine_tree(self):
         return self.call("rev-parse", "HEAD^{tree}")[1].strip()
 
-    def _scratch_index(self, seed_from_index):
+    def _scratch_index(self):
         handle, path = tempfile.mkstemp(prefix="inferhost-index-")
         os.close(handle)
         os.unlink(path)
-        if seed_from_index:
-            index = self.call("rev-parse", "--git-path", "index")[1].strip()
-            if not os.path.isabs(index):
-                index = os.path.join(self.path, index)
-            if os.path.exists(index):
-                shutil.copyfile(index, path)
         return path
 
     def expected_tree(self, patches, strip=1):
         """Tree of HEAD with the patches applied, or PatchError naming the first one that does not apply."""
-        index = self._scratch_index(seed_from_index=False)
+        index = self._scratch_index()
         env = {"GIT_INDEX_FILE": index}
         try:
             self.call("read-tree", "HEAD", env=env)
@@ -100,12 +93,16 @@ class Repo:
                 os.unlink(index)
 
     def worktree_tree(self, extra_paths=()):
-        """Tree of the work tree's tracked files plus ``extra_paths`` (those that exist)."""
-        index = self._scratch_index(seed_from_index=True)
+        """Tree of the work tree's tracked files plus ``extra_paths`` (those that exist).
+
+        The scratch index is read from HEAD, so it has no stat data and ``git add -u`` hashes every tracked
+        file: a copy of the real index would trust its stat cache, and a same-size edit within the same
+        second (a patch changing 41 to 42) would look unchanged.
+        """
+        index = self._scratch_index()
         env = {"GIT_INDEX_FILE": index}
         try:
-            if not os.path.exists(index):
-                self.call("read-tree", "HEAD", env=env)
+            self.call("read-tree", "HEAD", env=env)
             self.call("add", "-u", env=env)
             present = [p for p in extra_paths if os.path.lexists(os.path.join(self.path, p))]
             if present:

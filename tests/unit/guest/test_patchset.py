@@ -123,3 +123,24 @@ def test_paths_of_a_diff():
     assert touched_paths(FA3_OFF["diff"]) == ["sgl-kernel/CMakeLists.txt"]
     assert created_paths(NEW_FILE["diff"]) == ["sgl-kernel/NOTE"]
     assert touched_paths(FA3_OFF["diff"], strip=2) == ["CMakeLists.txt"]
+
+
+def test_a_same_size_change_of_the_patch_set_within_one_second_is_seen(source):
+    # 40 -> 42 keeps the file's size, and both runs land in the same second: no stat cache may hide it.
+    def answer(n):
+        return {
+            "name": f"answer-{n}",
+            "diff": f"""--- a/sgl-kernel/CMakeLists.txt
++++ b/sgl-kernel/CMakeLists.txt
+@@ -1,3 +1,3 @@
+ if ("${{CUDA_VERSION}}" VERSION_GREATER_EQUAL "12.4")
+-    set(SGL_KERNEL_ENABLE_FA3 ON)
++    set(SGL_KERNEL_ENABLE_FA3 O{n})
+     list(APPEND SGL_KERNEL_CUDA_FLAGS
+""",
+        }
+
+    for n in (40, 42, 40, 42):
+        assert reconcile(repo(source), [answer(n)])["state"] == "applied"
+        assert f"O{n})" in (source / "sgl-kernel/CMakeLists.txt").read_text()
+        assert not reconcile(repo(source), [answer(n)])["changed"]

@@ -1,0 +1,74 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Follow a source build to its end, printing progress instead of hours of silence.
+
+Runs the ``source_build_wait`` module on the target again and again; each call waits up to ``interval``
+seconds for the build to end and returns its status, elapsed time and log tail. Between calls this
+prints, on the controller, one line with the elapsed time and the log lines that are new since the
+previous poll. The build itself runs detached (started with async), so a dropped connection only stops
+the watching: the next run of the play attaches to the same build.
+"""
+
+from __future__ import annotations
+
+import time
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
+
+display = Display()
+
+
+def new_lines(previous, current):
+    """The lines of ``current`` after the overlap with ``previous`` (both are tails of one growing log)."""
+    if not previous:
+        return current
+    for size in range(min(len(previous), len(current)), 0, -1):
+        if previous[-size:] == current[:size]:
+            return current[size:]
+    return current
+
+
+class ActionModule(ActionBase):
+    _VALID_ARGS = frozenset(("job_dir", "name", "timeout", "interval", "lines"))
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        args = dict(self._task.args)
+        if not args.get("job_dir"):
+            raise AnsibleActionFail("source_build_wait needs job_dir")
+        timeout = int(args.get("timeout", 36000))
+        interval = max(1, int(args.get("interval", 60)))
+        lines = int(args.get("lines", 15))
+        name = args.get("name") or args["job_dir"]
+        host = task_vars.get("inventory_hostname", "?")
+        start = time.monotonic()
+        shown = []
+        while True:
+            waited = time.monotonic() - start
+            wait = 0 if self._task.check_mode else min(interval, max(0, int(timeout - waited)))
+            report = self._execute_module(
+                module_name="source_build_wait",
+                module_args={"job_dir": args["job_dir"], "wait": wait, "lines": lines},
+                task_vars=task_vars,
+            )
+            if report.get("failed"):
+                raise AnsibleActionFail(f"following the build of {name} failed: {report.get('msg')}")
+            tail = report.get("tail") or []
+            fresh = new_lines(shown, tail)
+            shown = tail
+            display.display(f"{host} {name}: {report.get('status')} for {report.get('elapsed_human') or '?'}")
+            for line in fresh:
+                display.display(f"    {line}")
+            for key in ("status", "done", "elapsed", "elapsed_human", "rc", "reason", "wheel", "log", "tail"):
+                result[key] = report.get(key)
+            result["changed"] = False
+            if report.get("done") or self._task.check_mode:
+                return result
+            if time.monotonic() - start >= timeout:
+                result.update(
+                    failed=True,
+                    msg=f"{name}: still building after {timeout} s of waiting; it goes on in the background "
+                    f"(log {report.get('log')}). Run the play again to attach to it.",
+                )
+                return result
