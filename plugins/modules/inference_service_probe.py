@@ -3,11 +3,8 @@
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
-import urllib.error
-import urllib.request
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -86,40 +83,6 @@ last_log:
 PROBE_LINE = re.compile(r'"GET /(health|v1/models) HTTP')
 
 
-def read_key(path):
-    if not path:
-        return None
-    try:
-        with open(path, encoding="utf-8") as handle:
-            for line in handle:
-                name, sep, value = line.strip().partition("=")
-                if sep and name == "INFERHOST_API_KEY":
-                    value = value.strip()
-                    if len(value) >= 2 and value[0] == value[-1] == '"':
-                        value = value[1:-1].replace('\\"', '"').replace("\\\\", "\\")
-                    return value or None
-    except FileNotFoundError:
-        return None
-    return None
-
-
-def get(url, key, timeout):
-    request = urllib.request.Request(url)
-    if key:
-        request.add_header("Authorization", f"Bearer {key}")
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            body = response.read()
-            try:
-                return response.status, json.loads(body or b"null")
-            except ValueError:
-                return response.status, None
-    except urllib.error.HTTPError as exc:
-        return exc.code, None
-    except (urllib.error.URLError, OSError) as exc:
-        return f"no answer: {getattr(exc, 'reason', exc)}", None
-
-
 def unit_state(module, unit):
     props = "ActiveState,SubState,Result,NRestarts,MainPID,ExecMainStatus"
     rc, out, err = module.run_command(["systemctl", "show", unit, "--property", props])
@@ -150,11 +113,14 @@ def main():
         },
         supports_check_mode=True,
     )
+    # Imported after argument parsing, so ansible-lint's args rule can validate tasks without our module_utils.
+    from ansible.module_utils.inference.client import read_key, request  # noqa: PLC0415
+
     params = module.params
     key = read_key(params["secret_file"])
     base = params["url"].rstrip("/")
-    health, _ = get(base + "/health", key, params["http_timeout"])
-    models_status, body = get(base + "/v1/models", key, params["http_timeout"])
+    health, _ = request(base + "/health", key, timeout=params["http_timeout"])
+    models_status, body = request(base + "/v1/models", key, timeout=params["http_timeout"])
     listed = [m.get("id") for m in (body or {}).get("data") or [] if isinstance(m, dict)]
     result = {
         "changed": False,

@@ -4,10 +4,7 @@
 from __future__ import annotations
 
 import collections
-import json
 import time
-import urllib.error
-import urllib.request
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -96,37 +93,17 @@ reasoning_retries:
 """
 
 
-def read_key(path):
-    if not path:
-        return None
-    try:
-        with open(path, encoding="utf-8") as handle:
-            for line in handle:
-                name, sep, value = line.strip().partition("=")
-                if sep and name == "INFERHOST_API_KEY":
-                    value = value.strip()
-                    if len(value) >= 2 and value[0] == value[-1] == '"':
-                        value = value[1:-1].replace('\\"', '"').replace("\\\\", "\\")
-                    return value or None
-    except FileNotFoundError:
-        return None
-    return None
-
-
-def ask(url, key, model, prompt, max_tokens, *, timeout):
+def ask(request, url, key, *, model, prompt, max_tokens, timeout):
     body = {
         "model": model,
         "messages": [{"role": "user", "content": prompt}],
         "max_tokens": max_tokens,
         "temperature": 0,
     }
-    request = urllib.request.Request(url.rstrip("/") + "/v1/chat/completions", data=json.dumps(body).encode())
-    request.add_header("Content-Type", "application/json")
-    if key:
-        request.add_header("Authorization", f"Bearer {key}")
     start = time.monotonic()
-    with urllib.request.urlopen(request, timeout=timeout) as response:
-        reply = json.loads(response.read())
+    status, reply = request(url.rstrip("/") + "/v1/chat/completions", key, body, timeout=timeout)
+    if status != 200 or not isinstance(reply, dict):
+        raise RuntimeError(f"HTTP {status}" if isinstance(status, int) else str(status))
     choice = (reply.get("choices") or [{}])[0]
     message = choice.get("message") or {}
     reasoning = message.get("reasoning_content") or message.get("reasoning") or ""
@@ -178,6 +155,9 @@ def main():
         },
         supports_check_mode=True,
     )
+    # Imported after argument parsing, so ansible-lint's args rule can validate tasks without our module_utils.
+    from ansible.module_utils.inference.client import read_key, request  # noqa: PLC0415
+
     p = module.params
     key = read_key(p["secret_file"])
     results, retries = [], 0
@@ -186,18 +166,17 @@ def main():
         budget = int(item.get("max_tokens") or p["max_tokens"])
         entry = {"prompt": prompt, "max_tokens": budget, "retried_for_reasoning": False}
         try:
-            result = ask(p["url"], key, p["model"], prompt, budget, timeout=p["request_timeout"])
+            asking = {"model": p["model"], "prompt": prompt, "timeout": p["request_timeout"]}
+            result = ask(request, p["url"], key, max_tokens=budget, **asking)
             entry["reasoning_only"] = result["answer"] is None and result["reasoning_chars"] > 0
             if entry["reasoning_only"] and result["finish_reason"] == "length" and budget < p["reasoning_max_tokens"]:
                 retries += 1
                 entry.update(retried_for_reasoning=True, max_tokens=p["reasoning_max_tokens"])
-                result = ask(p["url"], key, p["model"], prompt, p["reasoning_max_tokens"], timeout=p["request_timeout"])
+                result = ask(request, p["url"], key, max_tokens=p["reasoning_max_tokens"], **asking)
             entry.update(result)
             entry["problem"] = judge(result, item.get("expect"))
-        except urllib.error.HTTPError as exc:
-            entry.update(answer=None, problem=f"HTTP {exc.code}: {exc.read()[:300].decode(errors='replace')}")
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            entry.update(answer=None, problem=f"request failed: {getattr(exc, 'reason', exc)}")
+        except RuntimeError as exc:
+            entry.update(answer=None, problem=f"request failed: {exc}")
         entry["ok"] = not entry["problem"]
         results.append(entry)
     failed = [r for r in results if not r["ok"]]

@@ -2,11 +2,15 @@
 
 import json
 import os
+import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 import yaml
-from inference_refdata import MODELS, REFERENCE, ROLE, load_module, run_module
+from inference_refdata import MODELS, REFERENCE, ROLE, ROOT, load_module, run_module
 
 PLAN = load_module("inference_service_plan")
 EDIT = load_module("inference_checkpoint_edit")
@@ -179,3 +183,46 @@ def test_smoke_names_reasoning_that_used_up_max_tokens():
     assert SMOKE.judge({"answer": None, "reasoning_chars": 900}, "x") == (
         "content empty: the model spent max_tokens on reasoning"
     )
+
+
+PROBE = load_module("inference_service_probe")
+
+
+@pytest.fixture
+def served(tmp_path):
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    secret = tmp_path / "s.secret.env"
+    secret.write_text('# managed\nINFERHOST_API_KEY="k\\"ey"\n')
+    argv = [sys.executable, str(ROOT / "tests/standin/openai_standin.py"), "serve", "/m/Probed", "--port", str(port)]
+    proc = subprocess.Popen([*argv, "--api-key", 'k"ey', "--load-delay", "1"], stdout=subprocess.DEVNULL)
+    for _ in range(300):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
+            break
+        except OSError:
+            time.sleep(0.02)
+    yield f"http://127.0.0.1:{port}", secret
+    proc.kill()
+    proc.wait()
+
+
+def test_probe_sees_loading_then_ready_with_the_key_from_the_secret_file(served):
+    url, secret = served
+    loading = run_module(PROBE, {"url": url, "model": "Probed", "secret_file": str(secret)})
+    assert loading["health"] == 503 and loading["ready"] is False
+    for _ in range(100):
+        result = run_module(PROBE, {"url": url, "model": "Probed", "secret_file": str(secret)})
+        if result["ready"]:
+            break
+        time.sleep(0.1)
+    assert result["ready"] and result["models"] == ["Probed"]
+    without_key = run_module(PROBE, {"url": url, "model": "Probed"})
+    assert without_key["models_status"] == 401 and not without_key["ready"]
+
+
+def test_probe_reports_a_closed_port():
+    result = run_module(PROBE, {"url": "http://127.0.0.1:9", "model": "x", "http_timeout": 2})
+    assert str(result["health"]).startswith("no answer:") and not result["ready"]
