@@ -92,3 +92,29 @@ def test_an_unloaded_driver_is_named_in_the_error(machine):
     # The refusal must leave the function usable: put it back on its own driver.
     machine.check(f"echo > /sys/bus/pci/devices/{e1000}/driver_override; echo {e1000} > /sys/bus/pci/drivers_probe")
     assert machine.driver(e1000) == "e1000"
+
+
+def test_the_e1000_moves_to_vfio_pci_and_back(machine):
+    e1000 = machine.address_of_id("0x8086", "0x100e")
+    code = (
+        "s = pci.Sysfs('/sys'); r = rebind.Rebinder(s, writer.ProcessWriter(), timeout=20)\n"
+        f"a = r.bind({e1000!r}, 'vfio-pci', final_override='vfio-pci'); mid = s.driver({e1000!r})\n"
+        f"b = r.release({e1000!r}, away_from='vfio-pci')\n"
+        f"print(json.dumps({{'there': [a, mid], 'back': [b, s.driver({e1000!r}), s.override({e1000!r})]}}))"
+    )
+    assert py(machine, code) == {"there": [True, "vfio-pci"], "back": [True, "e1000", None]}
+
+
+def test_the_proc_scan_names_a_process_holding_a_device_node(machine):
+    # A stand-in /dev/nvidia0 (the null device's numbers) held open by a real process of the real kernel.
+    machine.check("mknod -m 666 /dev/nvidia0 c 1 3 && (setsid sleep 600 < /dev/nvidia0 > /dev/null 2>&1 &)")
+    try:
+        pid = int(machine.check("pgrep -x -n sleep").strip())
+        got = py(
+            machine,
+            "from gpu_switch import holders\n"
+            "print(json.dumps([[h.pid, h.command, h.path] for h in holders.find_holders('/proc')]))",
+        )
+        assert [pid, "sleep", "/dev/nvidia0"] in [[p, c.split()[0], path] for p, c, path in got], got
+    finally:
+        machine.ssh("pkill -x sleep; rm -f /dev/nvidia0")
