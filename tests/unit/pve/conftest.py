@@ -1,14 +1,7 @@
 """Fixtures of the host-tier unit tests."""
 
 import pytest
-from pve_testlib import fake_host
-
-GPUS = [
-    {"address": "0000:01:00.0", "group": 10, "numa": 0, "driver": "nvidia", "minor": 0},
-    {"address": "0000:81:00.0", "group": 20, "numa": 1, "driver": "vfio-pci"},
-]
-BRIDGE = {"address": "0000:00:01.1", "class": "0x060400", "vendor": "0x1022", "group": 10, "driver": "pcieport"}
-NIC = {"address": "0000:02:00.0", "class": "0x020000", "group": 11, "driver": "igb"}
+from pve_testlib import BRIDGE, GPUS, NIC, fake_host
 
 
 @pytest.fixture

@@ -18,7 +18,16 @@ if str(FIXTURES) not in sys.path:
 import fake_host  # noqa: E402
 import standin_repo  # noqa: E402
 
-__all__ = ["FIXTURES", "ROOT", "fake_host", "load_module", "run_module", "standin_repo"]
+__all__ = ["BRIDGE", "FIXTURES", "GPUS", "NIC", "ROOT", "fake_host", "load_module", "run_module", "standin_repo"]
+
+# The default fake host: two GPUs (one on nvidia, one on vfio-pci), a bridge in the first GPU's IOMMU
+# group (never foreign) and a NIC in a group of its own.
+GPUS = [
+    {"address": "0000:01:00.0", "group": 10, "numa": 0, "driver": "nvidia", "minor": 0},
+    {"address": "0000:81:00.0", "group": 20, "numa": 1, "driver": "vfio-pci"},
+]
+BRIDGE = {"address": "0000:00:01.1", "class": "0x060400", "vendor": "0x1022", "group": 10, "driver": "pcieport"}
+NIC = {"address": "0000:02:00.0", "class": "0x020000", "group": 11, "driver": "igb"}
 
 
 def load_module(name):

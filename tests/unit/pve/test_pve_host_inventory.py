@@ -4,7 +4,7 @@ import os
 
 import pve_host_inventory as inv
 import pytest
-from conftest import BRIDGE, NIC
+from pve_testlib import BRIDGE, NIC
 
 
 def probe(root, **kw):
