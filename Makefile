@@ -2,6 +2,8 @@
 SHELL := /bin/bash
 VENV := .venv/bin
 export CONTAINERS_CONF := $(CURDIR)/containers.conf
+# Tests and the lab call ansible-playbook, molecule and pytest as commands: the locked ones come first.
+export PATH := $(CURDIR)/.venv/bin:$(PATH)
 
 .PHONY: demo test bootstrap lint lab-down lab-status
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from fakepve.certs import make_cert
 from proxmoxer import ProxmoxAPI
 
-from inferhost.runner import PlaybookResult, run_playbook
+from inferhost.runner import PlaybookResult, run_playbook, use_this_environment
 
 ROOT = Path(__file__).resolve().parents[2]
 INVENTORY = ROOT / "inventory" / "lab"
@@ -46,6 +46,7 @@ class Lab:
 
     @classmethod
     def from_inventory(cls) -> Lab:
+        use_this_environment()
         out = subprocess.run(
             ["ansible-inventory", "-i", str(INVENTORY / "hosts.yml"), "--list"],
             cwd=ROOT,

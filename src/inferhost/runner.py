@@ -91,6 +91,14 @@ class EventPrinter:
         return True
 
 
+def use_this_environment() -> None:
+    """Put this interpreter's bin directory first on PATH, so the ansible-* commands that ansible-runner and
+    the lab start are the locked ones of this environment even when it is not activated."""
+    bindir = os.path.dirname(sys.executable)
+    if os.environ.get("PATH", "").split(os.pathsep)[0] != bindir:
+        os.environ["PATH"] = os.pathsep.join([bindir, os.environ.get("PATH", "")])
+
+
 def run_playbook(
     playbook: Path,
     *,
@@ -104,6 +112,7 @@ def run_playbook(
     quiet: bool = False,
 ) -> PlaybookResult:
     """Run one playbook, printing a line per change or failure; return the counts per play."""
+    use_this_environment()
     result = PlaybookResult()
     cmdline = ["--diff"]
     if check:
