@@ -52,7 +52,7 @@ def playbook(inventory, *args):
         "ANSIBLE_NOCOLOR": "1",
     }
     proc = subprocess.run(
-        [str(ROOT / ".venv" / "bin" / "ansible-playbook"), "-i", inventory, *args],
+        ["ansible-playbook", "-i", inventory, *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
