@@ -5,16 +5,20 @@ export CONTAINERS_CONF := $(CURDIR)/containers.conf
 # Tests and the lab call ansible-playbook, molecule and pytest as commands: the locked ones come first.
 export PATH := $(CURDIR)/.venv/bin:$(PATH)
 
-.PHONY: demo test bootstrap lint lab-down lab-status
+.PHONY: demo test test-lab bootstrap lint lab-down lab-status
 
 ## demo: set everything up, bring up the local lab and converge site.yml against it
 demo: bootstrap
 	$(VENV)/inferhost-lab up
 
-## test: every test layer that CI runs (static, unit, API contract, molecule, lab)
+## test: every test layer that CI runs (static, unit, API contract, real kernel, molecule)
 # pytest's exit code 5 means it collected no test: a broken suite, reported as such.
 test: bootstrap
 	@$(VENV)/pytest; rc=$$?; [ $$rc != 5 ] || echo "make test: pytest collected no tests"; exit $$rc
+
+## test-lab: site.yml end to end against the lab: converge, no-change converge, no-change --check
+test-lab: bootstrap
+	$(VENV)/pytest tests/lab
 
 bootstrap:
 	@scripts/bootstrap.sh
