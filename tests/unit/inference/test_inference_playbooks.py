@@ -13,6 +13,8 @@ from inference_refdata import MODELS, REFERENCE, ROOT
 
 STANDIN = ROOT / "tests/standin/openai_standin.py"
 KEY = "pl4ybook-key"
+# The ansible-playbook of this interpreter's environment, also when that is not on PATH (make test).
+PLAYBOOK = shutil.which("ansible-playbook", path=os.path.dirname(sys.executable)) or "ansible-playbook"
 
 
 def free_port():
@@ -98,7 +100,7 @@ def playbook(site, name, **extra):
     variables = {**site["vars"], **extra}
     path = site["tmp"] / "vars.json"
     path.write_text(json.dumps(variables))
-    argv = ["ansible-playbook", "-i", "localhost,", "-c", "local", str(ROOT / "playbooks" / name), "-e", f"@{path}"]
+    argv = [PLAYBOOK, "-i", "localhost,", "-c", "local", str(ROOT / "playbooks" / name), "-e", f"@{path}"]
     env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
     done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
     # The YAML callback wraps long lines: compare with whitespace collapsed.
