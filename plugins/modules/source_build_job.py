@@ -10,7 +10,7 @@ DOCUMENTATION = r"""
 module: source_build_job
 short_description: Run one source build to its wheel, with a state file, a log file and a lock
 description:
-  - The body of a long build, meant to be started with C(async) and C(poll: 0) so it survives a dropped
+  - The body of a long build, meant to be started with C(async) and C(poll=0) so it survives a dropped
     connection; M(source_build_wait) follows it.
   - Writes C(build.log) (the command, its environment, all output) and C(state.json) in O(job_dir);
     on success moves the single wheel the build produced into O(job_dir) with C(build.json) (the key's

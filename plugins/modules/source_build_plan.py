@@ -17,7 +17,7 @@ from ansible.module_utils.guest_env.buildplan import (
 )
 from ansible.module_utils.guest_env.cachekey import cache_key, key_inputs
 from ansible.module_utils.guest_env.pins import installed_versions, normalize_name
-from ansible.module_utils.guest_env.records import find_site_packages
+from ansible.module_utils.guest_env.records import find_site_packages, fingerprint
 
 DOCUMENTATION = r"""
 module: source_build_plan
@@ -275,9 +275,10 @@ def main():
     python = probe_python(module, target_python)
     target_site = python["purelib"]
     build_site = find_site_packages(p["build_env"]) or ""
-    linked = installed_versions(target_site)
+    # Version and content digest: PyPI's torch 2.11.0 is a CUDA 13.0 build without a +cu130 label.
+    linked = {normalize_name(n): fingerprint(target_site, n) for n in p["linked_packages"]}
     build_reqs = installed_versions(build_site)
-    missing = [n for n in p["linked_packages"] if normalize_name(n) not in linked]
+    missing = [n for n in p["linked_packages"] if linked[normalize_name(n)] is None]
     if missing:
         module.fail_json(
             msg=f"{p['name']}: {', '.join(missing)} not installed in {p['target']}; the build links against it"
@@ -300,7 +301,10 @@ def main():
 
     commit = git_head(module, p["source"])
     cwd = os.path.normpath(os.path.join(p["source"], p["subdirectory"]))
-    cuda = cuda_version(p["cuda_home"])
+    nvcc = os.path.join(p["cuda_home"], "bin", "nvcc") if p["cuda_home"] else ""
+    cuda = cuda_version(
+        p["cuda_home"], lambda: module.run_command([nvcc, "--version"])[1] if os.path.exists(nvcc) else ""
+    )
     inputs = key_inputs(
         name=p["name"],
         commit=commit,
@@ -310,7 +314,7 @@ def main():
         parallelism_variables=p["parallelism_variables"],
         build_args=p["build_args"],
         build_requirements=build_reqs,
-        linked_packages={normalize_name(n): linked[normalize_name(n)] for n in p["linked_packages"]},
+        linked_packages={name: f"{version} files-sha256:{digest[:16]}" for name, (version, digest) in linked.items()},
         cuda_version=cuda,
         python_tag=python["abi"] or python["tag"],
         machine=python["machine"],

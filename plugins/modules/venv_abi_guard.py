@@ -19,7 +19,7 @@ short_description: Fail when a package an environment's spec pins is no longer i
 description:
   - Reads the installed versions from the environment's C(.dist-info) metadata and compares them with
     every exact pin (C(name==version)) in O(requirements), and with O(pins).
-  - Meant to run after every change to an environment: a dependency resolved later that replaced
+  - Meant to run after every change to an environment. A dependency resolved later that replaced
     C(torch ...+cu130) with another build fails the play here, naming the package and both versions,
     instead of failing later with C(undefined symbol) in a CUDA extension.
   - A pin with a local label (C(+cu130)) must match it exactly; a pin without one accepts any label.

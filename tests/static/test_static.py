@@ -1,9 +1,11 @@
 """Static checks of the whole repository: each must report nothing."""
 
+import ast
 import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.static
@@ -49,3 +51,23 @@ def test_ruff_format():
 )
 def test_syntax_check(playbook):
     run("ansible-playbook", "--syntax-check", playbook)
+
+
+@pytest.mark.parametrize("module", sorted(p.name for p in (ROOT / "plugins" / "modules").glob("*.py")))
+def test_module_documentation_is_yaml(module):
+    # ansible-doc and ansible-lint read these blocks as YAML; a stray "key: value" inside prose breaks them.
+    tree = ast.parse((ROOT / "plugins" / "modules" / module).read_text())
+    blocks = {
+        node.targets[0].id: node.value.value
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        and isinstance(node.targets[0], ast.Name)
+        and node.targets[0].id in ("DOCUMENTATION", "EXAMPLES", "RETURN")
+    }
+    assert "DOCUMENTATION" in blocks, f"{module} has no DOCUMENTATION"
+    for name, text in blocks.items():
+        try:
+            yaml.safe_load(text)
+        except yaml.YAMLError as err:
+            pytest.fail(f"{module} {name} is not valid YAML: {err}")
+    assert yaml.safe_load(blocks["DOCUMENTATION"])["module"] == module[:-3]

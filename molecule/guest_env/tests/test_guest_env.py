@@ -13,6 +13,66 @@ def versions(host, *names):
     return json.loads(host.check_output(shlex.join([PY, "-c", VERSIONS, *names])))
 
 
+# --- nvidia_userspace and cuda_toolkit -----------------------------------------------------------
+
+DRIVER = "590.48.01"
+
+
+def is_vm(host):
+    # molecule.yml: the trixie instance is the VM variant, the bookworm one the container.
+    return host.backend.get_hostname().endswith("-trixie")
+
+
+def dpkg(host, name):
+    """(selection+state, version) of a package, or None when dpkg does not know it."""
+    out = host.run(shlex.join(["dpkg-query", "-W", "-f=${db:Status-Abbrev}|${Version}", name]))
+    if out.rc != 0:
+        return None
+    state, version = out.stdout.split("|")
+    return state.strip(), version
+
+
+def test_the_driver_is_the_pinned_version_and_held(host):
+    packages = ["nvidia-open"] if is_vm(host) else ["libnvidia-compute", "nvidia-utils"]
+    for name in packages:
+        assert dpkg(host, name) == ("hi", f"{DRIVER}-1"), name
+    assert dpkg(host, f"nvidia-driver-pinning-{DRIVER}") == ("ii", f"{DRIVER}-1")
+
+
+def test_the_pin_wins_over_the_newer_driver_in_the_repository(host):
+    # The stand-in repository also has 595.45.04; apt's candidate must stay the pinned version.
+    policy = host.check_output("apt-cache policy libnvidia-compute")
+    assert "595.45.04-1" in policy and f"Candidate: {DRIVER}-1" in policy
+
+
+def test_the_container_has_no_kernel_module_and_the_vm_has_dkms(host):
+    dkms = dpkg(host, "nvidia-dkms-open")
+    if is_vm(host):
+        assert dkms == ("ii", f"{DRIVER}-1")
+    else:
+        assert dkms is None or dkms[0][1] != "i"  # nvidia-utils recommends it: not installed
+        assert dpkg(host, "nvidia-open") is None
+
+
+def test_the_userspace_tools_are_the_drivers_version(host):
+    assert f"Driver Version: {DRIVER}" in host.check_output("nvidia-smi")
+
+
+def test_cuda_toolkits_side_by_side_with_13_0_the_default(host):
+    assert "release 12.8, V12.8.93" in host.check_output("/usr/local/cuda-12.8/bin/nvcc --version")
+    assert "release 13.0, V13.0.88" in host.check_output("/usr/local/cuda-13.0/bin/nvcc --version")
+    assert host.file("/usr/local/cuda").linked_to == "/usr/local/cuda-13.0"
+    assert "link currently points to /usr/local/cuda-13.0" in host.check_output("update-alternatives --display cuda")
+
+
+def test_login_shells_find_the_default_nvcc(host):
+    assert host.check_output("bash -lc 'command -v nvcc'") == "/usr/local/cuda/bin/nvcc"
+    assert host.file("/etc/ld.so.conf.d/inferhost-cuda.conf").contains("^/usr/local/cuda/lib64$")
+
+
+# --- python_env ----------------------------------------------------------------------------------
+
+
 def test_uv_is_the_pinned_version(host):
     assert host.check_output("uv --version").split()[1] == "0.13.9"
     assert host.file("/usr/local/bin/uv").linked_to == "/opt/inferhost/uv/bin/uv"
@@ -90,6 +150,14 @@ def test_the_computed_job_count_reached_the_build(host):
     by_memory = int((plan["available_gb"] - 1) // (1 * plan["threads"]))
     assert plan["jobs"] == min(by_memory, plan["cpus"] // plan["threads"], 3) >= 1
     assert seen["CC"] == "/usr/local/bin/cc-logged" and seen["DEMO_FLAG"] == "-DSTANDIN=1"
+
+
+def test_cuda_home_came_from_the_build_data_not_the_path(host):
+    # /usr/local/cuda (and the PATH of login shells) is 13.0; the build names 12.8.
+    seen = json.loads(host.check_output(f"{PY} -c 'import demo_ext, json; print(json.dumps(demo_ext.BUILD))'"))
+    assert seen["CUDA_HOME"] == "/usr/local/cuda-12.8"
+    build = next(b for b in build_dirs(host).values() if b["key_inputs"]["patches"][0]["name"] == "answer-42")
+    assert build["key_inputs"]["cuda_version"] == "12.8.93"
 
 
 def test_each_build_left_its_log(host):

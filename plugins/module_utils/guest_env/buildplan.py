@@ -42,8 +42,15 @@ def strip_parallelism(template, names=("jobs", "threads")):
     return {key: pattern.sub("*", str(val)) for key, val in template.items()}
 
 
-def cuda_version(cuda_home):
-    """Full toolkit version (``13.0.1``) from ``version.json`` (CUDA >= 11.1) or ``version.txt``; "" if unknown."""
+def nvcc_release(text):
+    """The full version from ``nvcc --version`` output ("... release 13.0, V13.0.88" -> "13.0.88"), or ""."""
+    match = re.search(r"release (\d+\.\d+), V(\d+\.\d+(?:\.\d+)*)", text or "")
+    return match.group(2) if match else ""
+
+
+def cuda_version(cuda_home, nvcc_output=None):
+    """Full toolkit version (``13.0.1``) from ``version.json`` (CUDA >= 11.1), ``version.txt``, or the output
+    of ``nvcc --version`` (a callable returning it, for toolkits installed without those files); "" if unknown."""
     if not cuda_home:
         return ""
     try:
@@ -54,9 +61,11 @@ def cuda_version(cuda_home):
     try:
         with open(os.path.join(cuda_home, "version.txt"), encoding="utf-8") as handle:
             match = re.search(r"(\d+\.\d+(?:\.\d+)?)", handle.read())
-            return match.group(1) if match else ""
+            if match:
+                return match.group(1)
     except OSError:
-        return ""
+        pass
+    return nvcc_release(nvcc_output()) if nvcc_output else ""
 
 
 def wheel_project(filename):

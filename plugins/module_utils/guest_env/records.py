@@ -21,6 +21,8 @@ import io
 import json
 import os
 
+from .pins import normalize_name
+
 # Files a virtualenv creator puts into site-packages itself; no wheel installs them.
 VENV_FILES = ("_virtualenv.pth", "_virtualenv.py")
 MANIFEST = os.path.join(".inferhost", "patched.json")
@@ -230,3 +232,38 @@ def find_site_packages(env_root):
     except FileNotFoundError:
         return None
     return candidates[-1] if candidates else None
+
+
+def fingerprint(site_packages, project):
+    """(version, digest) of an installed distribution, or None when it is not installed.
+
+    The digest covers the RECORD rows of the package's own files (paths, hashes, sizes), not its
+    .dist-info: so it tells two builds of one version apart (PyPI's torch 2.11.0 is a CUDA 13.0 build
+    whose version carries no +cu130 label), and stays the same whichever installer or request put it there.
+    """
+    wanted = normalize_name(project)
+    try:
+        entries = sorted(os.listdir(site_packages))
+    except FileNotFoundError:
+        return None
+    for entry in entries:
+        if not entry.endswith(".dist-info") or normalize_name(entry[: -len(".dist-info")].rsplit("-", 1)[0]) != wanted:
+            continue
+        record = os.path.join(site_packages, entry, "RECORD")
+        try:
+            with open(record, encoding="utf-8", errors="replace") as handle:
+                rows = parse_record(handle.read())
+        except OSError:
+            return None
+        own = sorted(f"{p},{a}={d},{s}" for p, a, d, s in rows if ".dist-info/" not in p and a and d)
+        digest = hashlib.sha256("\n".join(own).encode("utf-8")).hexdigest()
+        version = None
+        with open(os.path.join(site_packages, entry, "METADATA"), encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                if line.startswith("Version:"):
+                    version = line.split(":", 1)[1].strip()
+                    break
+                if not line.strip():
+                    break
+        return version, digest
+    return None

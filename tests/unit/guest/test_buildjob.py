@@ -8,7 +8,15 @@ import time
 
 import pytest
 from guest_env import buildjob
-from guest_env.buildplan import cuda_version, expand, expand_environment, installed_from, variables_using, wheel_project
+from guest_env.buildplan import (
+    cuda_version,
+    expand,
+    expand_environment,
+    installed_from,
+    nvcc_release,
+    variables_using,
+    wheel_project,
+)
 
 BUILD = """
 import os, sys, pathlib
@@ -154,6 +162,16 @@ def test_cuda_version_from_version_json_or_txt(tmp_path):
     assert cuda_version(str(tmp_path / "b")) == "11.0.228"
     assert cuda_version(str(tmp_path / "none")) == ""
     assert cuda_version("") == ""
+
+
+def test_cuda_version_from_nvcc_when_the_toolkit_has_no_version_file(tmp_path):
+    # The lent H200's CUDA 13.0 has no version.json: nvcc says which toolkit it is.
+    out = (
+        "nvcc: NVIDIA (R) Cuda compiler driver\nCuda compilation tools, release 13.0, V13.0.88\nBuild cuda_13.0.r13.0\n"
+    )
+    assert nvcc_release(out) == "13.0.88"
+    assert cuda_version(str(tmp_path), lambda: out) == "13.0.88"
+    assert cuda_version(str(tmp_path), lambda: "no nvcc here") == ""
 
 
 def test_installed_from_compares_the_recorded_wheel_path(tmp_path):

@@ -5,7 +5,8 @@ import json
 import os
 
 import pytest
-from guest_env.records import audit, parse_record, record_hash
+from conftest import install
+from guest_env.records import audit, fingerprint, parse_record, record_hash
 
 
 def kinds(result, key="drift"):
@@ -128,3 +129,26 @@ def test_a_broken_manifest_is_an_error_not_silence(venv):
     (root / ".inferhost/patched.json").write_text("{not json")
     with pytest.raises(ValueError, match="patched.json"):
         audit(str(site), str(root))
+
+
+def test_fingerprint_tells_builds_of_one_version_apart(tmp_path):
+    # PyPI's torch 2.11.0 is a CUDA 13.0 build with no +cu130 label: the version alone cannot key a build.
+    a, b = tmp_path / "a", tmp_path / "b"
+    install(a, "torch", "2.11.0", {"torch/lib/libtorch_cuda.so": b"cu130 build"})
+    install(b, "torch", "2.11.0", {"torch/lib/libtorch_cuda.so": b"cu128 build"})
+    fa, fb = fingerprint(str(a), "torch"), fingerprint(str(b), "torch")
+    assert fa[0] == fb[0] == "2.11.0" and fa[1] != fb[1]
+
+
+def test_fingerprint_ignores_how_the_package_was_installed(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    install(a, "torch", "2.11.0", {"torch/__init__.py": b"x"})
+    dist = install(b, "torch", "2.11.0", {"torch/__init__.py": b"x"})
+    (dist / "REQUESTED").write_text("")
+    record = dist / "RECORD"
+    record.write_text(
+        record.read_text() + f"{dist.name}/REQUESTED,sha256=47DEQpj8HBSa-_TImW-5JCeuQeRkm5NMpJWZG3hSuFU,0\n"
+    )
+    assert fingerprint(str(a), "Torch") == fingerprint(str(b), "torch")
+    assert fingerprint(str(a), "vllm") is None
+    assert fingerprint(str(tmp_path / "none"), "torch") is None
