@@ -1,6 +1,7 @@
 """The local lab: a fake Proxmox API and podman guests that the whole stack converges against.
 
-    inferhost-lab up        build what is missing, start the lab, converge site.yml, print a summary
+    inferhost-lab up        build what is missing, start the lab, converge site.yml, move the GPUs to the
+                            VM and back with gpu-switch, validate the inference service, print a summary
     inferhost-lab converge  converge site.yml again (add --check for a dry run)
     inferhost-lab status    what runs
     inferhost-lab down      remove the containers and stop the fake API
@@ -13,6 +14,7 @@ from its event stream.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import signal
@@ -30,6 +32,8 @@ from inferhost.runner import PlaybookResult, run_playbook, use_this_environment
 
 ROOT = Path(__file__).resolve().parents[2]
 INVENTORY = ROOT / "inventory" / "lab"
+STANDINS = ROOT / "tests" / "standin" / "install.yml"
+STANDIN_STAMP = "/opt/standin/.installed"
 STATE = ROOT / ".cache" / "lab"
 CONTAINER_PREFIX = "inferhost-"
 
@@ -42,6 +46,7 @@ class LabError(RuntimeError):
 class Lab:
     hosts: dict[str, dict]
     proxmox: dict
+    groups: dict[str, list[str]] = field(default_factory=dict)
     timings: list[tuple[str, float, str]] = field(default_factory=list)
 
     @classmethod
@@ -56,9 +61,11 @@ class Lab:
         )
         if out.returncode != 0:
             raise LabError(f"cannot read the lab inventory: {out.stderr.strip()}")
-        hostvars = json.loads(out.stdout)["_meta"]["hostvars"]
+        listing = json.loads(out.stdout)
+        hostvars = listing["_meta"]["hostvars"]
         proxmox = next(iter(hostvars.values()))["lab_proxmox"]
-        return cls(hosts=hostvars, proxmox=proxmox)
+        groups = {name: group.get("hosts", []) for name, group in listing.items() if name != "_meta"}
+        return cls(hosts=hostvars, proxmox=proxmox, groups=groups)
 
     def step(self, name: str, func, *args) -> object:
         print(f"==> {name}", flush=True)
@@ -214,20 +221,91 @@ def remove_containers(lab: Lab) -> None:
         podman("rm", "-f", "-t", "2", CONTAINER_PREFIX + host, check=False)
 
 
-# --- converging -------------------------------------------------------------------------------------
+# --- playbooks --------------------------------------------------------------------------------------
 
 
-def converge(lab: Lab, check: bool = False) -> PlaybookResult:
+def _playbook(path: Path, check: bool = False, extravars: dict | None = None, limit: str | None = None):
     result = run_playbook(
-        ROOT / "site.yml",
+        path,
         inventory=INVENTORY / "hosts.yml",
         private_dir=STATE / "runner",
         check=check,
+        extravars=extravars,
+        limit=limit,
         project_dir=ROOT,
     )
     if result.status != "successful":
-        raise LabError(f"site.yml {result.status}: {result.first_failure or 'see the output above'}")
+        name = path.relative_to(ROOT).as_posix()
+        raise LabError(f"{name} {result.status}: {result.first_failure or 'see the output above'}")
     return result
+
+
+def install_standins(lab: Lab) -> str:
+    """What the lab's container stands in for: GPUs (device nodes, sysfs bindings) and an engine with a model.
+    On a real host these are the hardware and the environments python_env builds."""
+    gpus = [g["address"] for g in lab.hosts[_pve_host(lab)]["inferhost_gpus"]]
+    # The machines keep their stand-ins; install them again only when they or their definition changed.
+    stamp = hashlib.sha256(
+        b"".join(p.read_bytes() for p in (STANDINS, STANDINS.parent / "openai_standin.py")) + repr(gpus).encode()
+    ).hexdigest()[:16]
+    hosts = [h for h in sorted(lab.hosts) if h in lab.groups.get("inference_containers", [])]
+    stale = [
+        h
+        for h in hosts
+        if podman("exec", CONTAINER_PREFIX + h, "cat", STANDIN_STAMP, check=False).stdout.strip() != stamp
+    ]
+    if not stale:
+        return f"{len(gpus)} GPUs, unchanged"
+    result = _playbook(
+        STANDINS,
+        extravars={
+            "standin_hosts": "inference_containers",
+            "standin_gpus": gpus,
+            "standin_models": ["/srv/models/standin-a"],
+            # nccl_tuning writes the real environment file in the lab.
+            "standin_nccl_env": False,
+        },
+        limit=",".join(stale),
+    )
+    for host in stale:
+        podman("exec", CONTAINER_PREFIX + host, "sh", "-c", f"echo {stamp} > {STANDIN_STAMP}")
+    return f"{len(gpus)} GPUs, changed={result.changed}"
+
+
+def _pve_host(lab: Lab) -> str:
+    return next(h for h, hv in sorted(lab.hosts.items()) if "inferhost_gpus" in hv)
+
+
+def converge(lab: Lab, check: bool = False) -> PlaybookResult:
+    return _playbook(ROOT / "site.yml", check=check)
+
+
+def move_gpus(lab: Lab, to: str) -> str:
+    """playbooks/gpu_switch.yml, as a user runs it; returns where the GPUs are and what the move did."""
+    result = _playbook(ROOT / "playbooks" / "gpu_switch.yml", extravars={"gpu_switch_to": to})
+    moves = result.results_of("Move the GPUs to the requested guest")
+    if not moves:
+        raise LabError("gpu_switch.yml reported no move")
+    move = moves[0]
+    if move.get("owner") != to:
+        raise LabError(f"gpu-switch to-{to} left the GPUs with {move.get('owner')}")
+    done = [step["name"] for step in move.get("steps", []) if step.get("state") == "done"]
+    return (
+        f"owner={move['owner']} gpus={len(move.get('gpus', []))} changed={move.get('changed')} "
+        f"CT {move['container']['status']}, VM {move['vm']['status']}, {len(done)} steps"
+    )
+
+
+def validate(lab: Lab) -> str:
+    """playbooks/validate.yml against the container's stand-in service (the lab has no driver or CUDA)."""
+    result = _playbook(
+        ROOT / "playbooks" / "validate.yml",
+        extravars={"validate_checks": ["smoke"], "validate_hosts": "inference_containers"},
+    )
+    smoke = result.results_of("Send the prompts through the chat API")
+    if not smoke:
+        raise LabError("validate.yml asked no questions: is inference_service_active set for the lab container?")
+    return "; ".join(str(r.get("msg", "")) for r in smoke)
 
 
 def print_summary(lab: Lab, result: PlaybookResult | None) -> None:
@@ -250,8 +328,13 @@ def cmd_up(args: argparse.Namespace) -> int:
     lab.step("base images", build_images, lab)
     lab.step("fake Proxmox API", start_fakepve, lab)
     lab.step("podman machines", start_containers, lab)
+    lab.step("stand-in GPUs and engine", install_standins, lab)
     result = lab.step("converge site.yml" + (" (check)" if args.check else ""), converge, lab, args.check)
     lab.timings[-1] = (*lab.timings[-1][:2], f"changed={result.changed}")
+    if not args.check:
+        lab.step("gpu-switch to-vm", move_gpus, lab, "vm")
+        lab.step("gpu-switch to-ct", move_gpus, lab, "ct")
+        lab.step("validate.yml (smoke)", validate, lab)
     lab.step("Proxmox API state", api_summary, lab)
     print_summary(lab, result)
     return 0

@@ -31,6 +31,11 @@ class PlaybookResult:
     hosts: set[str] = field(default_factory=set)
     changed_tasks: list[str] = field(default_factory=list)
     first_failure: str | None = None
+    # (host, task, result) of every task that ended ok, for callers that read a module's return values.
+    ok_results: list[tuple[str, str, dict]] = field(default_factory=list)
+
+    def results_of(self, task: str) -> list[dict]:
+        return [res for _, name, res in self.ok_results if name == task]
 
     @property
     def changed(self) -> int:
@@ -71,6 +76,7 @@ class EventPrinter:
         elif kind == "runner_on_ok" and self.result.plays:
             play = self.result.plays[-1]
             play.ok += 1
+            self.result.ok_results.append((host, self.task, data.get("res", {})))
             if data.get("res", {}).get("changed"):
                 play.changed += 1
                 self.result.changed_tasks.append(f"{host}: {self.task}")
