@@ -171,7 +171,7 @@ attributes:
 EXAMPLES = r"""
 - name: Pass the GPU device nodes to the container
   pve_guest_gpu_config:
-    api_password: "{{ vault_pve_root_password }}"
+    api_password: "{{ vault_proxmox_password }}"
     ca_path: /etc/pve/pve-root-ca.pem
     node: pve1
     vmid: 101
