@@ -53,6 +53,7 @@ def main() -> int:
     labmod.start_fakepve(lab)
     labmod.remove_containers(lab)
     labmod.start_containers(lab)
+    labmod.install_standins(lab)
 
     first, first_changed = timed_converge(lab, {})
     print(f"first converge (fresh machines): {first:6.1f} s, {first_changed} changes")

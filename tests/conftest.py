@@ -6,3 +6,31 @@ import sys
 _BIN = os.path.dirname(sys.executable)
 if os.environ.get("PATH", "").split(os.pathsep)[0] != _BIN:
     os.environ["PATH"] = os.pathsep.join([_BIN, os.environ.get("PATH", "")])
+
+# Per-layer counts and time, printed before pytest's closing line: which layers ran, and what each costs.
+_LAYERS: dict[str, dict[str, float]] = {}
+
+
+def _layer(nodeid: str) -> str:
+    parts = nodeid.split("/")
+    return parts[1] if len(parts) > 2 and parts[0] == "tests" else parts[0]
+
+
+def pytest_runtest_logreport(report):
+    layer = _LAYERS.setdefault(_layer(report.nodeid), {"passed": 0, "failed": 0, "skipped": 0, "seconds": 0.0})
+    layer["seconds"] += report.duration
+    if report.when == "call":
+        layer[report.outcome] += 1
+    elif report.outcome != "passed":  # an error or a skip in setup or teardown
+        layer[report.outcome] += 1
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _LAYERS:
+        return
+    terminalreporter.section("time per test layer")
+    for name, layer in sorted(_LAYERS.items()):
+        terminalreporter.write_line(
+            f"{name:<10} {int(layer['passed']):>5} passed {int(layer['failed']):>3} failed "
+            f"{int(layer['skipped']):>3} skipped  {layer['seconds']:8.1f} s"
+        )
