@@ -11,12 +11,12 @@ export PATH := $(CURDIR)/.venv/bin:$(PATH)
 demo: bootstrap
 	$(VENV)/inferhost-lab up
 
-## test: every test layer that CI runs (static, unit, API contract, real kernel, molecule)
+## test: every test layer that CI runs (static, unit, API contract, real kernel, molecule, lab)
 # pytest's exit code 5 means it collected no test: a broken suite, reported as such.
 test: bootstrap
 	@$(VENV)/pytest; rc=$$?; [ $$rc != 5 ] || echo "make test: pytest collected no tests"; exit $$rc
 
-## test-lab: site.yml end to end against the lab: converge, no-change converge, no-change --check
+## test-lab: the lab layer alone (site.yml end to end, gpu-switch both ways, validate)
 test-lab: bootstrap
 	$(VENV)/pytest tests/lab
 
