@@ -1,4 +1,4 @@
-"""Configuration: the issue's schema, strict validation, environment overrides, exit 2 on any error."""
+"""Configuration: the documented schema (docs/gpu-switch.md), strict validation, environment overrides, exit 2 on any error."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def with_(path, value):
     return data
 
 
-def test_the_issue_example_loads_with_its_values():
+def test_the_documented_example_loads_with_its_values():
     cfg = parse_config(BASE, "c.yml", environ={})
     assert cfg.proxmox.node == "pve1" and cfg.proxmox.is_root_pam and cfg.proxmox.verify_ssl
     assert (cfg.container_vmid, cfg.vm_vmid) == (101, 201)
