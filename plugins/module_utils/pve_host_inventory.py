@@ -2,7 +2,10 @@
 
 Every reader takes the root it reads from (``/sys``, ``/proc``, ``/lib/modules`` on a host; a plain
 directory tree in tests), so the same code runs against a fake tree, a real kernel in a VM and the real
-host. Nothing here writes, and nothing imports Ansible: the ``pve_host_probe`` module wraps it.
+host. Nothing here writes, and nothing imports Ansible: the ``pve_host_probe`` module wraps it. The PCI
+part (functions, drivers, IOMMU groups, NUMA nodes, device minors) is gpu-switch's reading of sysfs
+(``gpu_switch/pci.py``), so that the host role and gpu-switch see the same GPUs; the ``gpu_switch`` package
+imports nothing from here, since it is also installed on its own as a command.
 """
 
 from __future__ import annotations
@@ -10,12 +13,14 @@ from __future__ import annotations
 import os
 import re
 
+if __package__:  # ansible.module_utils.pve_host_inventory, in a module (Ansible sends gpu_switch along)
+    from .gpu_switch import entries, pci
+else:  # plain pve_host_inventory, with plugins/module_utils on sys.path (the unit tests)
+    from gpu_switch import entries, pci
+
 NVIDIA = "0x10de"
-DISPLAY_CLASSES = ("0x0300", "0x0302")  # VGA and 3D controllers
-BRIDGE_CLASSES = ("0x0604",)  # PCI bridges share a group with what sits behind them and never move
 # EFI global variable GUID; SecureBoot's value is the fifth byte (the first four are attributes).
 EFI_GLOBAL = "8be4df61-93ca-11d2-aa0d-00e098032b8c"
-ADDRESS = re.compile(r"^(?:([0-9a-f]{4}):)?([0-9a-f]{2}):([0-1][0-9a-f])(?:\.([0-7]))?$")
 CPU_VENDORS = {"AuthenticAMD": "amd", "GenuineIntel": "intel", "HygonGenuine": "amd"}
 
 
@@ -24,23 +29,17 @@ def normalise_address(text):
 
     A short form (01:00.0) gets domain 0000; a slot without function (0000:01:00) means function 0.
     """
-    m = ADDRESS.match(str(text).strip().lower())
-    if not m:
+    try:
+        address = entries.hostpci_id(text)
+    except entries.EntryError:
         return None
-    return "{}:{}:{}.{}".format(m.group(1) or "0000", m.group(2), m.group(3), m.group(4) or "0")
+    return address if "." in address else address + ".0"
 
 
 def _read(path):
     try:
         with open(path, encoding="ascii", errors="replace") as fh:
             return fh.read().strip()
-    except OSError:
-        return None
-
-
-def _link_name(path):
-    try:
-        return os.path.basename(os.readlink(path))
     except OSError:
         return None
 
@@ -52,49 +51,11 @@ def _listdir(path):
         return []
 
 
-class Sysfs:
-    """The PCI, IOMMU, module and firmware parts of a sysfs tree."""
+class Sysfs(pci.Sysfs):
+    """gpu-switch's view of the PCI part of a sysfs tree, with the module and firmware parts the host role needs."""
 
     def __init__(self, root="/sys"):
-        self.root = root
-        self.devices = os.path.join(root, "bus", "pci", "devices")
-        self.groups = os.path.join(root, "kernel", "iommu_groups")
-
-    def attr(self, address, name):
-        return _read(os.path.join(self.devices, address, name))
-
-    def exists(self, address):
-        return os.path.isdir(os.path.join(self.devices, address))
-
-    def addresses(self):
-        return _listdir(self.devices)
-
-    def driver(self, address):
-        return _link_name(os.path.join(self.devices, address, "driver"))
-
-    def iommu_group(self, address):
-        name = _link_name(os.path.join(self.devices, address, "iommu_group"))
-        return int(name) if name and name.isdigit() else None
-
-    def group_members(self, group):
-        return _listdir(os.path.join(self.groups, str(group), "devices"))
-
-    def iommu_active(self):
-        return bool(_listdir(self.groups))
-
-    def numa_node(self, address):
-        value = self.attr(address, "numa_node")
-        try:
-            node = int(value)
-        except (TypeError, ValueError):
-            return None
-        return node if node >= 0 else None
-
-    def pci_class(self, address):
-        return (self.attr(address, "class") or "").lower()
-
-    def vendor(self, address):
-        return (self.attr(address, "vendor") or "").lower()
+        super().__init__(root)
 
     def module(self, name):
         """{'version': str|None, 'parameters': {name: value}} of a loaded module, or None."""
@@ -121,22 +82,16 @@ class Sysfs:
         return "enabled" if len(data) >= 5 and data[4] == 1 else "disabled"
 
 
-def _is_class(pci_class, prefixes):
-    return any(pci_class.startswith(p) for p in prefixes)
-
-
-def device_minor(proc_root, address):
-    """The /dev/nvidiaN minor the driver gave this GPU, from /proc/driver/nvidia/gpus/<address>/information."""
-    text = _read(os.path.join(proc_root, "driver", "nvidia", "gpus", address, "information")) or ""
-    m = re.search(r"^Device Minor:\s*(\d+)", text, re.M)
-    return int(m.group(1)) if m else None
+def _function(function):
+    return {"address": function.address, "class": function.pci_class.lower(), "driver": function.driver}
 
 
 def discover_gpus(sysfs, proc_root="/proc", addresses=None, vendor=NVIDIA):
     """(gpus, missing): the GPUs with all their functions, and the requested addresses that are not GPUs.
 
     With no addresses, every display-class function of the vendor is a GPU. A requested address is
-    missing if no such PCI function exists or it is not a display-class function of the vendor.
+    missing if no such PCI function exists or it is not a display-class function of the vendor. A GPU's
+    foreign group members are the devices of its IOMMU group that are neither its functions nor bridges.
     """
     missing = []
     if addresses:
@@ -145,47 +100,39 @@ def discover_gpus(sysfs, proc_root="/proc", addresses=None, vendor=NVIDIA):
             address = normalise_address(text)
             if address is None or not sysfs.exists(address):
                 missing.append({"address": str(text), "reason": "no such PCI function"})
-            elif sysfs.vendor(address) != vendor or not _is_class(sysfs.pci_class(address), DISPLAY_CLASSES):
+            elif not pci.is_gpu(sysfs, address, vendor):
+                function = sysfs.function(address)
                 missing.append(
                     {
                         "address": str(text),
                         "reason": "vendor {} class {} is not a {} GPU".format(
-                            sysfs.vendor(address) or "?", sysfs.pci_class(address) or "?", vendor
+                            function.vendor.lower() or "?", function.pci_class.lower() or "?", vendor
                         ),
                     }
                 )
             else:
                 primaries.append(address)
     else:
-        primaries = [
-            a for a in sysfs.addresses() if sysfs.vendor(a) == vendor and _is_class(sysfs.pci_class(a), DISPLAY_CLASSES)
-        ]
+        primaries = [a for a in sysfs.all_addresses() if pci.is_gpu(sysfs, a, vendor)]
+    minors = pci.nvidia_minors(proc_root)
     gpus = []
-    all_addresses = sysfs.addresses()
     for index, address in enumerate(sorted(set(primaries))):
-        slot = address.rsplit(".", 1)[0]
-        functions = [a for a in all_addresses if a.startswith(slot + ".")]
-        group = sysfs.iommu_group(address)
-        members = sysfs.group_members(group) if group is not None else []
-        foreign = [m for m in members if m not in functions and not _is_class(sysfs.pci_class(m), BRIDGE_CLASSES)]
+        gpu = pci.read_gpu(sysfs, address)
+        foreign = [member for _, member in pci.foreign_group_members([gpu], sysfs)]
         gpus.append(
             {
                 "index": index,
                 "address": address,
-                "slot": slot,
-                "vendor": sysfs.vendor(address),
-                "device": (sysfs.attr(address, "device") or "").lower(),
-                "functions": [
-                    {"address": f, "class": sysfs.pci_class(f), "driver": sysfs.driver(f)} for f in functions
-                ],
-                "iommu_group": group,
-                "iommu_group_members": members,
-                "foreign_group_members": [
-                    {"address": m, "class": sysfs.pci_class(m), "driver": sysfs.driver(m)} for m in foreign
-                ],
-                "numa_node": sysfs.numa_node(address),
-                "driver": sysfs.driver(address),
-                "minor": device_minor(proc_root, address),
+                "slot": gpu.slot,
+                "vendor": gpu.primary.vendor.lower(),
+                "device": gpu.primary.device.lower(),
+                "functions": [_function(f) for f in gpu.functions],
+                "iommu_group": gpu.iommu_group,
+                "iommu_group_members": gpu.group_members,
+                "foreign_group_members": [_function(sysfs.function(m)) for m in foreign],
+                "numa_node": gpu.numa_node,
+                "driver": gpu.primary.driver,
+                "minor": minors.get(address),
             }
         )
     return gpus, missing
@@ -290,7 +237,7 @@ def probe(
     return {
         "gpus": gpus,
         "missing": missing,
-        "iommu_active": sysfs.iommu_active(),
+        "iommu_active": sysfs.iommu_enabled(),
         "secure_boot": sysfs.secure_boot(),
         "swaps": swaps(proc_root),
         "cpu_vendor": cpu_vendor(proc_root),

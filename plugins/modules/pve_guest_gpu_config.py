@@ -6,21 +6,16 @@ from __future__ import annotations
 import re
 
 from ansible.module_utils.basic import AnsibleModule, env_fallback, missing_required_lib
-from ansible.module_utils.pve_api import HAS_PROXMOXER, PROXMOXER_ERROR, connect, connection_spec, explain, who
-from ansible.module_utils.pve_guest_config import (
+from ansible.module_utils.gpu_switch.entries import (
     EntryError,
-    apply,
     canonical_dev,
     canonical_hostpci,
-    config_text,
-    covers,
-    dev_value,
     hostpci_id,
-    hostpci_value,
     parse_dev,
     parse_hostpci,
-    plan,
 )
+from ansible.module_utils.pve_api import HAS_PROXMOXER, PROXMOXER_ERROR, connect, connection_spec, explain, who
+from ansible.module_utils.pve_guest_config import apply, config_text, covers, dev_value, hostpci_value, plan
 
 DOCUMENTATION = r"""
 ---

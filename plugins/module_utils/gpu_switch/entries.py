@@ -1,7 +1,12 @@
 """The GPU entries of guest configs: ``hostpciN`` for the VM, ``devN`` for the container.
 
 PVE (and fakepve) accept some malformed strings at config time and fail only at guest start, so every
-entry we write, and every existing entry we rely on, is parsed and validated here first.
+entry we write, and every existing entry we rely on, is parsed and validated here first, by PVE's schema of
+the two formats, stricter only where PVE would fail at start anyway. Parsing also brings a value to one
+canonical spelling (``canonical_dev``, ``canonical_hostpci``), so that the API's spelling of an entry compares
+equal to ours. gpu-switch uses this module, and so does the ``pve_guest_gpu_config`` Ansible module (through
+``pve_guest_config``): one grammar for both. It imports nothing from outside this package, which is
+installed on its own as the ``gpu-switch`` command.
 """
 
 from __future__ import annotations
@@ -12,35 +17,52 @@ from .config import HOSTPCI_OPTION, normalise_bdf
 
 HOSTPCI_KEY = re.compile(r"^hostpci(\d+)$")
 DEV_KEY = re.compile(r"^dev(\d+)$")
-MAX_HOSTPCI = 16
-MAX_DEV = 256
-# PVE's HOSTPCIID: [domain:]bus:dev[.func], hexadecimal.
-HOSTPCI_ID = re.compile(r"^(?:([0-9a-f]{4,}):)?([0-9a-f]{2}):([0-9a-f]{2})(?:\.([0-7]))?$")
-BOOLEAN = {"0", "1", "yes", "no", "on", "off", "true", "false"}
+MAX_HOSTPCI = 16  # hostpci0..hostpci15 (qm.conf)
+MAX_DEV = 256  # dev0..dev255 (pct.conf)
+# PVE's HOSTPCIID: [domain:]bus:device[.function], hexadecimal; without a function, every function. PVE takes
+# a domain of four or more digits, and any two digits for the device and one for the function; a device
+# number has 5 bits (00-1f) and a function 3 (0-7), so anything beyond fails at VM start.
+HOSTPCI_ID = re.compile(r"^(?:([0-9a-f]{4,}):)?([0-9a-f]{2}):([01][0-9a-f])(?:\.([0-7]))?$")
+BOOL_TRUE, BOOL_FALSE = {"1", "yes", "on", "true"}, {"0", "no", "off", "false"}  # PVE's, in any case
+# hostpciN options: PVE's pve-qm-hostpci format. A kind names a check in _OPTION_CHECKS, or lists the values.
 HOSTPCI_OPTIONS = {
+    "host": "ids",
+    "mapping": "configid",
     "pcie": "bool",
     "rombar": "bool",
     "x-vga": "bool",
     "legacy-igd": "bool",
-    "romfile": "str",
-    "mdev": "str",
-    "device-id": "hex",
-    "vendor-id": "hex",
-    "sub-device-id": "hex",
-    "sub-vendor-id": "hex",
+    "romfile": "file",
+    "mdev": "mdev",
     "driver": ("vfio", "keep"),
-    "host": "ids",
-    "mapping": "str",
+    "vendor-id": "hex",
+    "device-id": "hex",
+    "sub-vendor-id": "hex",
+    "sub-device-id": "hex",
 }
-DEV_OPTIONS = {"path", "deny-write", "gid", "uid", "mode"}
+_OPTION_CHECKS = {
+    # PVE's pve-configid format.
+    "configid": (re.compile(r"^[A-Za-z][A-Za-z0-9_-]+$"), "a mapping id (a letter, then letters, digits, _ or -)"),
+    # PVE takes any text and prefixes /usr/share/kvm/; we take a plain relative file name there.
+    "file": (re.compile(r"^[A-Za-z0-9._/-]+$"), "a file name under /usr/share/kvm"),
+    # PVE's pattern: anything without '/', '.' or ':'.
+    "mdev": (re.compile(r"^[^/.:]+$"), "a mediated device type"),
+    # PVE's pattern: 0x and four hexadecimal digits.
+    "hex": (re.compile(r"^0x[0-9a-fA-F]{4}$"), "a hexadecimal id such as 0x10de"),
+}
+# devN: pct.conf's options, in the canonical order (path first, then by name).
+DEV_OPTIONS = ("path", "deny-write", "gid", "mode", "uid")
+DEV_PATH = re.compile(r"^/dev/[A-Za-z0-9._+-]+(?:/[A-Za-z0-9._+-]+)*$")
+DEV_MODE = re.compile(r"^0[0-7]{3}$")  # PVE's pattern: 666 or 0o666 are refused, so is YAML's 0666 as 438
 
 
 class EntryError(ValueError):
     """A malformed hostpciN or devN value; the message says what is wrong."""
 
 
-def split_props(text: str) -> tuple[str | None, dict[str, str]]:
-    first, props = None, {}
+def split_props(text: str, default_key: str) -> dict[str, str]:
+    """{key: value} of a PVE property string; a bare first value belongs to ``default_key`` (host=, path=)."""
+    props = {}
     for n, raw in enumerate(str(text).split(",")):
         part = raw.strip()
         if not part:
@@ -49,51 +71,81 @@ def split_props(text: str) -> tuple[str | None, dict[str, str]]:
         if not eq:
             if n:
                 raise EntryError(f"{part!r} in {text!r} is not key=value")
-            first = part
-            continue
+            key, value = default_key, part
         if key in props:
             raise EntryError(f"{key} given twice in {text!r}")
         props[key] = value
-    return first, props
+    return props
 
 
-def _hostpci_id(text: str) -> str:
-    """The canonical form: domain:bus:slot for all functions, or domain:bus:slot.fn."""
-    m = HOSTPCI_ID.match(text.strip().lower())
+def _bool(key: str, value: str, text: str) -> str:
+    """'1' or '0' for any of PVE's spellings of a boolean."""
+    low = str(value).strip().lower()
+    if low in BOOL_TRUE | BOOL_FALSE:
+        return "1" if low in BOOL_TRUE else "0"
+    raise EntryError(f"{key}={value!r} in {text!r} is not a boolean")
+
+
+def key_order(key: str) -> tuple[str, int]:
+    """Sort key of a config key: dev2 before dev10 (a key without a number first among its name)."""
+    m = re.match(r"^(\D+)(\d+)$", key)
+    return (m.group(1), int(m.group(2))) if m else (key, -1)
+
+
+# --- hostpciN -----------------------------------------------------------------------------------------
+
+
+def hostpci_id(text: str) -> str:
+    """The canonical form: domain:bus:slot for all functions, or domain:bus:slot.function."""
+    m = HOSTPCI_ID.match(str(text).strip().lower())
     if not m:
-        raise EntryError(f"{text!r} is not a PCI id ([domain:]bus:slot[.function])")
-    domain = (m.group(1) or "0000")[-4:]
+        raise EntryError(f"{text!r} is not a PCI address ([domain:]bus:slot[.function], hexadecimal)")
+    domain = f"{int(m.group(1) or '0', 16):04x}"
     base = f"{domain}:{m.group(2)}:{m.group(3)}"
     return f"{base}.{m.group(4)}" if m.group(4) is not None else base
 
 
-def parse_hostpci(value: str) -> dict:
-    """{'host': [ids], 'mapping': str|None, 'options': {...}}; EntryError if PVE would refuse the value."""
-    first, props = split_props(value)
-    if first is not None:
-        if "host" in props:
-            raise EntryError(f"{value!r} names the host device twice")
-        props["host"] = first
-    for key, val in props.items():
-        kind = HOSTPCI_OPTIONS.get(key)
-        if kind is None:
-            raise EntryError(f"unknown option {key!r} in {value!r}")
-        if kind == "bool" and val.lower() not in BOOLEAN:
-            raise EntryError(f"{key}={val!r} in {value!r} is not a boolean")
-        if kind == "hex" and not re.match(r"^(0x)?[0-9a-fA-F]{1,4}$", val):
-            raise EntryError(f"{key}={val!r} in {value!r} is not a hexadecimal id")
-        if isinstance(kind, tuple) and val not in kind:
+def _hostpci_option(key: str, val: str, value: str) -> str:
+    """The canonical value of one hostpciN option; EntryError if PVE would refuse it."""
+    kind = HOSTPCI_OPTIONS.get(key)
+    if kind is None:
+        raise EntryError(f"unknown option {key!r} in {value!r}")
+    if kind == "ids":
+        return val  # parsed by parse_hostpci, id by id
+    if kind == "bool":
+        return _bool(key, val, value)
+    if isinstance(kind, tuple):
+        if val not in kind:
             raise EntryError(f"{key}={val!r} in {value!r} must be one of {', '.join(kind)}")
-        if kind == "str" and not val:
-            raise EntryError(f"{key} is empty in {value!r}")
+        return val
+    pattern, what = _OPTION_CHECKS[kind]
+    if not pattern.match(val) or (kind == "file" and ".." in val.split("/")):
+        raise EntryError(f"{key}={val!r} in {value!r} is not {what}")
+    return val.lower() if kind == "hex" else val
+
+
+def parse_hostpci(value: str) -> dict:
+    """{'host': [ids], 'mapping': str|None, 'options': {...}} in canonical form; EntryError if PVE would refuse
+    the value, at config time or at VM start."""
+    props = split_props(value, "host")
+    options = {key: _hostpci_option(key, val, value) for key, val in props.items()}
     if ("host" in props) == ("mapping" in props):
         raise EntryError(f"{value!r} needs exactly one of host= or mapping=")
-    hosts = [_hostpci_id(h) for h in props["host"].split(";")] if "host" in props else []
-    return {
-        "host": hosts,
-        "mapping": props.get("mapping"),
-        "options": {k: v for k, v in props.items() if k not in ("host", "mapping")},
-    }
+    hosts = [hostpci_id(h) for h in props["host"].split(";")] if "host" in props else []
+    if len(set(hosts)) != len(hosts):
+        raise EntryError(f"{value!r} names a device twice")
+    for key in ("host", "mapping"):
+        options.pop(key, None)
+    return {"host": hosts, "mapping": props.get("mapping"), "options": options}
+
+
+def format_hostpci(parsed: dict) -> str:
+    head = ";".join(parsed["host"]) if parsed["host"] else f"mapping={parsed['mapping']}"
+    return ",".join([head] + [f"{k}={parsed['options'][k]}" for k in sorted(parsed["options"])])
+
+
+def canonical_hostpci(value: str) -> str:
+    return format_hostpci(parse_hostpci(value))
 
 
 def make_hostpci(slot: str, options: str) -> str:
@@ -117,27 +169,41 @@ def hostpci_coverage(value: str, slot: str, functions: list[str]) -> str:
     return "all" if covered == set(functions) else "some"
 
 
+# --- devN ---------------------------------------------------------------------------------------------
+
+
 def parse_dev(value: str) -> dict:
-    """{'path': /dev/..., options}; EntryError if PVE would refuse it at container start."""
-    first, props = split_props(value)
-    if first is not None:
-        if "path" in props:
-            raise EntryError(f"{value!r} names the path twice")
-        props["path"] = first
-    unknown = sorted(set(props) - DEV_OPTIONS)
+    """{'path', 'deny-write', 'gid', 'mode', 'uid'} in canonical form, absent options (and deny-write off)
+    left out; EntryError if PVE would refuse it, at config time or at container start."""
+    props = split_props(value, "path")
+    unknown = sorted(set(props) - set(DEV_OPTIONS))
     if unknown:
-        raise EntryError(f"unknown option {unknown[0]!r} in {value!r}")
+        raise EntryError(f"unknown option {unknown[0]!r} in {value!r} (allowed: {', '.join(DEV_OPTIONS)})")
     path = props.get("path", "")
-    if not re.match(r"^/dev/[A-Za-z0-9._+-]+(/[A-Za-z0-9._+-]+)*$", path) or "/../" in path + "/":
+    # PVE refuses . and .. as path components; the character set is ours.
+    if not DEV_PATH.match(path) or {".", ".."} & set(path.split("/")):
         raise EntryError(f"{path!r} in {value!r} is not a device path under /dev/")
-    if "deny-write" in props and props["deny-write"] not in ("0", "1"):
-        raise EntryError(f"deny-write={props['deny-write']!r} in {value!r} must be 0 or 1")
+    out = {"path": path}
+    if "mode" in props:
+        if not DEV_MODE.match(props["mode"]):
+            raise EntryError(f"mode={props['mode']!r} in {value!r} is not an octal mode such as 0666")
+        out["mode"] = props["mode"]
     for key in ("uid", "gid"):
-        if key in props and not props[key].isdigit():
-            raise EntryError(f"{key}={props[key]!r} in {value!r} is not a non-negative integer")
-    if "mode" in props and not re.fullmatch(r"0[0-7]{3}", props["mode"]):
-        raise EntryError(f"mode={props['mode']!r} in {value!r} is not an octal mode such as 0660")
-    return props
+        if key in props:
+            if not re.match(r"^\d+$", props[key]):
+                raise EntryError(f"{key}={props[key]!r} in {value!r} is not a non-negative integer")
+            out[key] = str(int(props[key]))
+    if "deny-write" in props and _bool("deny-write", props["deny-write"], value) == "1":
+        out["deny-write"] = "1"  # PVE leaves the flag out when it is off
+    return out
+
+
+def format_dev(parsed: dict) -> str:
+    return ",".join([parsed["path"]] + [f"{k}={parsed[k]}" for k in DEV_OPTIONS[1:] if k in parsed])
+
+
+def canonical_dev(value: str) -> str:
+    return format_dev(parse_dev(value))
 
 
 def make_dev(path: str) -> str:
@@ -145,11 +211,17 @@ def make_dev(path: str) -> str:
     return path
 
 
+# --- keys ---------------------------------------------------------------------------------------------
+
+
 def free_keys(config: dict, pattern: re.Pattern, prefix: str, limit: int, count: int) -> list[str]:
+    """The ``count`` lowest keys prefix0..prefix<limit-1> that ``config`` does not use; EntryError if too few."""
     used = {int(m.group(1)) for k in config if (m := pattern.match(k))}
     free = [f"{prefix}{n}" for n in range(limit) if n not in used][:count]
     if len(free) < count:
-        raise EntryError(f"no free {prefix}N key left ({limit} at most)")
+        raise EntryError(
+            f"no free {prefix}N key left for {count} more entries (PVE allows {prefix}0-{prefix}{limit - 1})"
+        )
     return free
 
 
@@ -168,4 +240,4 @@ def gpu_entries(kind: str, config: dict, slots: list[str], functions: list[str])
             path = str(value).split(",")[0].removeprefix("path=")
             if path.startswith("/dev/nvidia"):
                 out[key] = value
-    return dict(sorted(out.items(), key=lambda kv: (kv[0].rstrip("0123456789"), int(re.sub(r"\D", "", kv[0])))))
+    return dict(sorted(out.items(), key=lambda kv: key_order(kv[0])))

@@ -146,6 +146,24 @@ def _class_matches(pci_class: str, prefixes) -> bool:
     return any(pci_class.lower().startswith(p.lower()) for p in prefixes)
 
 
+def is_gpu(sysfs: Sysfs, bdf: str, vendor: str | None, classes=GPU_CLASSES) -> bool:
+    """Whether the function is the vendor's (such as 0x10de) and of one of the classes (prefixes of its class code)."""
+    ours = (sysfs.attr(bdf, "vendor") or "").lower() == vendor
+    return ours and _class_matches(sysfs.attr(bdf, "class") or "", classes)
+
+
+def read_gpu(sysfs: Sysfs, bdf: str) -> Gpu:
+    """The GPU whose primary function is ``bdf``, as it is now: every function of its slot, IOMMU group, NUMA node."""
+    group = sysfs.iommu_group(bdf)
+    return Gpu(
+        address=bdf,
+        functions=[sysfs.function(a) for a in sysfs.slot_functions(bdf)],
+        iommu_group=group,
+        numa_node=sysfs.numa_node(bdf),
+        group_members=sysfs.group_members(group) if group is not None else [],
+    )
+
+
 def discover(config: Config, sysfs: Sysfs) -> list[Gpu]:
     """The configured GPUs with all their functions, as they are now. ConfigError if one does not exist."""
     if config.gpus:
@@ -156,10 +174,7 @@ def discover(config: Config, sysfs: Sysfs) -> list[Gpu]:
     else:
         match = config.gpu_match or {}
         primaries = [
-            a
-            for a in sysfs.all_addresses()
-            if (sysfs.attr(a, "vendor") or "").lower() == match.get("vendor")
-            and _class_matches(sysfs.attr(a, "class") or "", match.get("class", GPU_CLASSES))
+            a for a in sysfs.all_addresses() if is_gpu(sysfs, a, match.get("vendor"), match.get("class", GPU_CLASSES))
         ]
         if not primaries:
             raise ConfigError(f"config {config.path}: gpu_match {match} matches no PCI device under {sysfs.devices}")
@@ -169,16 +184,7 @@ def discover(config: Config, sysfs: Sysfs) -> list[Gpu]:
         if slot in seen:
             raise ConfigError(f"config {config.path}: {bdf} is a function of GPU {seen[slot]}: list each GPU once")
         seen[slot] = bdf
-        group = sysfs.iommu_group(bdf)
-        gpus.append(
-            Gpu(
-                address=bdf,
-                functions=[sysfs.function(a) for a in sysfs.slot_functions(bdf)],
-                iommu_group=group,
-                numa_node=sysfs.numa_node(bdf),
-                group_members=sysfs.group_members(group) if group is not None else [],
-            )
-        )
+        gpus.append(read_gpu(sysfs, bdf))
     return gpus
 
 

@@ -131,8 +131,8 @@ def test_valid_hostpci_values(value):
     ("value", "message"),
     [
         ("0000:01:00,pcie=yes-please", "is not a boolean"),
-        ("0000:1:00,pcie=1", "is not a PCI id"),
-        ("0000:01:00;junk", "'junk' is not a PCI id"),
+        ("0000:1:00,pcie=1", "is not a PCI address"),
+        ("0000:01:00;junk", "'junk' is not a PCI address"),
         ("pcie=1", "needs exactly one of host= or mapping="),
         ("0000:01:00,mapping=gpu0", "needs exactly one of host= or mapping="),
         ("0000:01:00,colour=red", "unknown option 'colour'"),
@@ -158,7 +158,13 @@ def test_hostpci_coverage_of_a_gpu():
 
 
 @pytest.mark.parametrize(
-    "value", ["/dev/nvidia0", "path=/dev/nvidia-caps/nvidia-cap1,mode=0666", "/dev/nvidiactl,uid=0,gid=44,deny-write=1"]
+    "value",
+    [
+        "/dev/nvidia0",
+        "path=/dev/nvidia-caps/nvidia-cap1,mode=0666",
+        "/dev/nvidiactl,uid=0,gid=44,deny-write=1",
+        "/dev/nvidiactl,deny-write=yes",
+    ],
 )
 def test_valid_dev_values(value):
     assert entries.parse_dev(value)["path"].startswith("/dev/")
@@ -170,7 +176,7 @@ def test_valid_dev_values(value):
         ("nvidia0", "not a device path under /dev/"),
         ("/dev/../etc/shadow", "not a device path under /dev/"),
         ("/dev/nvidia0,mode=666", "not an octal mode"),
-        ("/dev/nvidia0,deny-write=yes", "must be 0 or 1"),
+        ("/dev/nvidia0,deny-write=perhaps", "is not a boolean"),
         ("/dev/nvidia0,uid=-1", "not a non-negative integer"),
         ("/dev/nvidia0,rw=1", "unknown option 'rw'"),
     ],
@@ -178,6 +184,45 @@ def test_valid_dev_values(value):
 def test_malformed_dev_values_are_refused(value, message):
     with pytest.raises(entries.EntryError, match=message):
         entries.parse_dev(value)
+
+
+@pytest.mark.parametrize(
+    ("value", "canonical"),
+    [
+        # PVE's domain has four digits or more: a longer one (Intel VMD) stays whole, leading zeros go.
+        ("10000:01:00,pcie=1", "10000:01:00,pcie=1"),
+        ("00000:01:00.0", "0000:01:00.0"),
+        # Booleans in any of PVE's spellings, hexadecimal ids in PVE's 0x form, written in lower case.
+        ("01:00,pcie=ON,rombar=no", "0000:01:00,pcie=1,rombar=0"),
+        ("0000:01:00,vendor-id=0x10DE,sub-device-id=0x2bb5", "0000:01:00,sub-device-id=0x2bb5,vendor-id=0x10de"),
+        ("mapping=gpu_0,mdev=nvidia-63", "mapping=gpu_0,mdev=nvidia-63"),
+        # A devN's deny-write takes PVE's boolean spellings too, and is left out when off, as PVE writes it.
+        ("/dev/nvidia0,deny-write=yes,uid=007", "/dev/nvidia0,deny-write=1,uid=7"),
+        ("path=/dev/nvidia0,deny-write=off,mode=0660", "/dev/nvidia0,mode=0660"),
+        # Values PVE (or fakepve) accepts at config time and fails on at guest start, or refuses outright.
+        ("0000:01:20", "is not a PCI address"),  # a device number has 5 bits: 00-1f
+        ("0000:01:00.8", "is not a PCI address"),  # a function has 3 bits: 0-7
+        ("0000:01:00;0000:01:00.0;0000:01:00", "names a device twice"),
+        ("0000:01:00,vendor-id=10de", "is not a hexadecimal id"),  # PVE's pattern is ^0x[0-9a-fA-F]{4}$
+        ("mapping=9gpu", "is not a mapping id"),  # pve-configid starts with a letter
+        ("mapping=gpu.0", "is not a mapping id"),
+        ("0000:01:00,mdev=nvidia.63", "is not a mediated device type"),  # PVE refuses '/', '.' and ':'
+        ("0000:01:00,romfile=../../etc/passwd", "is not a file name under /usr/share/kvm"),
+        ("/dev/nvidia0,mode=666", "is not an octal mode"),  # PVE's pattern is 0[0-7]{3}
+        ("/dev/nvidia0,mode=438", "is not an octal mode"),  # YAML's unquoted 0666, read as a number
+        ("/dev/./nvidia0", "is not a device path under /dev/"),  # PVE refuses . and .. components
+        ("/dev/nvidia-caps/..", "is not a device path under /dev/"),
+    ],
+)
+def test_one_grammar_for_gpu_switch_and_the_ansible_module(value, canonical):
+    """gpu-switch and pve_guest_gpu_config share this parser: one canonical form, one set of refusals."""
+    canonical_of = entries.canonical_dev if value.startswith(("/", "path=")) else entries.canonical_hostpci
+    if canonical.startswith("is not") or canonical.startswith("names"):
+        with pytest.raises(entries.EntryError, match=canonical):
+            canonical_of(value)
+    else:
+        assert canonical_of(value) == canonical
+        assert canonical_of(canonical) == canonical, "the canonical form is a fixed point"
 
 
 def test_free_keys_fill_gaps_and_respect_the_limit():

@@ -2,18 +2,11 @@
 
 import re
 
+import pve_guest_config
 import pytest
-from pve_guest_config import (
-    EntryError,
-    canonical_dev,
-    canonical_hostpci,
-    config_text,
-    covers,
-    dev_value,
-    hostpci_value,
-    parse_hostpci,
-    plan,
-)
+from gpu_switch import entries
+from gpu_switch.entries import EntryError, canonical_dev, canonical_hostpci, parse_hostpci
+from pve_guest_config import config_text, covers, dev_value, hostpci_value, plan
 
 # --- devN ---------------------------------------------------------------------------------------------
 
@@ -24,7 +17,8 @@ from pve_guest_config import (
         ("/dev/nvidia0", "/dev/nvidia0"),
         ("path=/dev/nvidia0", "/dev/nvidia0"),
         ("path=/dev/nvidia0,deny-write=0", "/dev/nvidia0"),
-        ("/dev/nvidia-uvm,mode=666,gid=044", "/dev/nvidia-uvm,gid=44,mode=0666"),
+        ("/dev/nvidia-uvm,mode=0666,gid=044", "/dev/nvidia-uvm,gid=44,mode=0666"),
+        ("/dev/nvidia0,deny-write=yes", "/dev/nvidia0,deny-write=1"),
         ("/dev/nvidia-caps/nvidia-cap1,deny-write=1,uid=0", "/dev/nvidia-caps/nvidia-cap1,deny-write=1,uid=0"),
     ],
 )
@@ -38,10 +32,11 @@ def test_dev_entries_compare_in_one_spelling(value, canonical):
         ("nvidia0", "is not a device path under /dev/"),
         ("/dev/../etc/shadow", "is not a device path under /dev/"),
         ("/dev/nvidia0,mode=999", "is not an octal mode"),
-        ("/dev/nvidia0,uid=root", "is not a number"),
+        ("/dev/nvidia0,mode=666", "is not an octal mode"),
+        ("/dev/nvidia0,uid=root", "is not a non-negative integer"),
         ("/dev/nvidia0,deny-write=perhaps", "is not a boolean"),
         ("/dev/nvidia0,rw=1", "unknown option 'rw'"),
-        ("/dev/nvidia0,path=/dev/nvidia1", "names the path twice"),
+        ("/dev/nvidia0,path=/dev/nvidia1", "path given twice"),
         ("/dev/nvidia0,,mode=0666", "empty property"),
         ("/dev/nvidia0,mode=0666,mode=0644", "mode given twice"),
     ],
@@ -49,6 +44,15 @@ def test_dev_entries_compare_in_one_spelling(value, canonical):
 def test_malformed_dev_entries_are_refused_with_the_reason(value, why):
     with pytest.raises(EntryError, match=re.escape(why)):
         canonical_dev(value)
+
+
+def test_the_module_validates_with_gpu_switchs_parser():
+    # One grammar for the Ansible module and gpu-switch (tests/unit/gpu_switch/test_pve_entries.py).
+    assert pve_guest_config.entries is entries
+    with pytest.raises(EntryError, match="is not an octal mode"):
+        dev_value({"path": "/dev/nvidia0", "mode": "666"})  # PVE's pattern is 0[0-7]{3}
+    with pytest.raises(EntryError, match="is not a PCI address"):
+        hostpci_value({"host": "0000:01:20"})  # a device number has 5 bits
 
 
 def test_dev_value_from_the_role_data():
@@ -69,7 +73,7 @@ def test_dev_value_from_the_role_data():
         ("host=0000:01:00.0;0000:01:00.1,pcie=1,x-vga=0", "0000:01:00.0;0000:01:00.1,pcie=1,x-vga=0"),
         ("0000:C1:00,rombar=0,pcie=1", "0000:c1:00,pcie=1,rombar=0"),
         ("mapping=gpu0,pcie=1", "mapping=gpu0,pcie=1"),
-        ("0000:01:00,device-id=2BB5,driver=keep", "0000:01:00,device-id=0x2bb5,driver=keep"),
+        ("0000:01:00,device-id=0x2BB5,driver=keep", "0000:01:00,device-id=0x2bb5,driver=keep"),
     ],
 )
 def test_hostpci_entries_compare_in_one_spelling(value, canonical):
@@ -90,6 +94,7 @@ def test_hostpci_entries_compare_in_one_spelling(value, canonical):
         ("0000:01:00,mapping=gpu0", "needs exactly one of host= or mapping="),
         ("0000:01:00;0000:01:00", "names a device twice"),
         ("0000:01:00,device-id=xyz", "is not a hexadecimal id"),
+        ("0000:01:00,device-id=2bb5", "is not a hexadecimal id"),
     ],
 )
 def test_malformed_hostpci_entries_are_refused_with_the_reason(value, why):

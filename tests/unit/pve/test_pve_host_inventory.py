@@ -4,7 +4,8 @@ import os
 
 import pve_host_inventory as inv
 import pytest
-from pve_testlib import BRIDGE, NIC
+from gpu_switch import pci
+from pve_testlib import BRIDGE, GPUS, NIC
 
 
 def probe(root, **kw):
@@ -21,6 +22,8 @@ def probe(root, **kw):
         ("1:00.0", None),
         ("0000:01:00.8", None),
         ("10de:2bb5", None),
+        ("0000:01:20.0", None),  # a device number has 5 bits: 00-1f
+        ("10000:e1:00", "10000:e1:00.0"),  # PCI domains beyond ffff (Intel VMD) stay whole
     ],
 )
 def test_addresses_are_normalised_or_refused(text, canonical):
@@ -50,6 +53,38 @@ def test_a_nic_in_the_gpus_group_is_foreign(make_host):
     root = make_host(others=[BRIDGE, {**NIC, "group": 10}])
     gpu = probe(root)["gpus"][0]
     assert gpu["foreign_group_members"] == [{"address": "0000:02:00.0", "class": "0x020000", "driver": "igb"}]
+
+
+def test_the_host_role_reads_the_gpus_as_gpu_switch_does(make_host):
+    # One reading of sysfs for both: the probe is gpu_switch.pci's view of each GPU, put as the role wants it.
+    root = make_host(others=[BRIDGE, {**NIC, "group": 10}])
+    sysfs = pci.Sysfs(f"{root}/sys")
+    minors = pci.nvidia_minors(f"{root}/proc")
+    gpus = probe(root)["gpus"]
+    assert [g["address"] for g in gpus] == [a for a in sysfs.all_addresses() if pci.is_gpu(sysfs, a, inv.NVIDIA)]
+    for gpu in gpus:
+        seen = pci.read_gpu(sysfs, gpu["address"])
+        functions = [(f.address, f.pci_class, f.driver) for f in seen.functions]
+        assert [(f["address"], f["class"], f["driver"]) for f in gpu["functions"]] == functions
+        assert (gpu["slot"], gpu["iommu_group"], gpu["numa_node"]) == (seen.slot, seen.iommu_group, seen.numa_node)
+        assert gpu["iommu_group_members"] == seen.group_members
+        assert [m["address"] for m in gpu["foreign_group_members"]] == [
+            m for _, m in pci.foreign_group_members([seen], sysfs)
+        ]
+        assert gpu["minor"] == minors.get(gpu["address"])
+    assert gpus[0]["foreign_group_members"][0]["address"] == NIC["address"]
+
+
+def test_two_gpus_in_one_group_are_foreign_to_each_other(make_host):
+    # The host role wants each GPU in a group of its own; gpu-switch moves its GPUs together, so for it
+    # a configured GPU sharing the group is no obstacle (gpu_switch.pci.foreign_group_members over all of them).
+    root = make_host(gpus=[{**GPUS[0]}, {**GPUS[1], "group": GPUS[0]["group"]}])
+    first, second = probe(root)["gpus"]
+    assert [m["address"] for m in first["foreign_group_members"]] == ["0000:81:00.0", "0000:81:00.1"]
+    assert [m["address"] for m in second["foreign_group_members"]] == ["0000:01:00.0", "0000:01:00.1"]
+    sysfs = pci.Sysfs(f"{root}/sys")
+    both = [pci.read_gpu(sysfs, g["address"]) for g in (first, second)]
+    assert pci.foreign_group_members(both, sysfs) == []
 
 
 def test_requested_addresses_short_forms_and_the_missing_ones(make_host):
