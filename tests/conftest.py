@@ -19,9 +19,8 @@ def _layer(nodeid: str) -> str:
 def pytest_runtest_logreport(report):
     layer = _LAYERS.setdefault(_layer(report.nodeid), {"passed": 0, "failed": 0, "skipped": 0, "seconds": 0.0})
     layer["seconds"] += report.duration
-    if report.when == "call":
-        layer[report.outcome] += 1
-    elif report.outcome != "passed":  # an error or a skip in setup or teardown
+    # Every outcome of the test itself, and errors or skips in its setup or teardown.
+    if report.when == "call" or report.outcome != "passed":
         layer[report.outcome] += 1
 
 

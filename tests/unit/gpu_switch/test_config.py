@@ -1,4 +1,4 @@
-"""Configuration: the documented schema (docs/gpu-switch.md), strict validation, environment overrides, exit 2 on any error."""
+"""Configuration: the documented schema (docs/gpu-switch.md), strict validation, env overrides, exit 2 on errors."""
 
 from __future__ import annotations
 
