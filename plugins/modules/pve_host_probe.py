@@ -42,6 +42,12 @@ options:
     type: list
     elements: str
     default: []
+  vendor:
+    description:
+      - PCI vendor id of the GPUs (display-class functions); NVIDIA's by default.
+      - The real-kernel tests point it at an emulated display device, since QEMU cannot present NVIDIA's id.
+    type: str
+    default: "0x10de"
   kernel_pattern:
     description: Regular expression selecting the kernels (directory names under O(modules_root)) to report.
     type: str
@@ -172,6 +178,7 @@ def main():
             proc_root=dict(type="path", default="/proc"),
             modules_root=dict(type="path", default="/lib/modules"),
             addresses=dict(type="list", elements="str", default=[]),
+            vendor=dict(type="str", default="0x10de"),
             kernel_pattern=dict(type="str", default="-pve$"),
             modules=dict(type="list", elements="str", default=["nvidia", "nvidia_uvm"]),
             module_options=dict(type="dict", default={}),
@@ -188,6 +195,7 @@ def main():
         addresses=p["addresses"],
         kernel_pattern=p["kernel_pattern"],
         modules=tuple(p["modules"]),
+        vendor=p["vendor"].lower(),
         module_options=p["module_options"],
     )
     result["mok_enrolled"], result["mok_detail"] = mok_state(module, result["secure_boot"], p["mok_key"], p["mokutil"])

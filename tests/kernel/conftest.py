@@ -35,28 +35,32 @@ def _free_port() -> int:
 
 
 class KernelVM:
-    def __init__(self, workdir: Path):
+    def __init__(self, workdir: Path, extra: tuple[str, ...] = ()):
         self.workdir = workdir
+        self.extra = list(extra)  # more QEMU arguments: devices of a variant machine
         self.port = _free_port()
         self.pidfile = workdir / "qemu.pid"
         self.console = workdir / "console.log"
+        self.kernel, self.initrd = CACHE / "vmlinuz", CACHE / "initrd.img"
 
     # --- lifecycle ---------------------------------------------------------------------------------
     def start(self, timeout: float = 420) -> None:
         overlay = self.workdir / "overlay.qcow2"
-        subprocess.run(
-            ["qemu-img", "create", "-q", "-f", "qcow2", "-F", "raw", "-b", str(CACHE / "rootfs.img"), str(overlay)],
-            check=True,
-        )
+        if not overlay.exists():  # a power cycle keeps the disk
+            subprocess.run(
+                ["qemu-img", "create", "-q", "-f", "qcow2", "-F", "raw", "-b", str(CACHE / "rootfs.img"), str(overlay)],
+                check=True,
+            )
         argv = ["qemu-system-x86_64", "-accel", "tcg,thread=multi", "-machine", "q35,kernel-irqchip=split"]
         argv += ["-cpu", "max", "-m", "2048", "-smp", "2", "-device", "intel-iommu,intremap=on,caching-mode=on"]
-        argv += ["-kernel", str(CACHE / "vmlinuz"), "-initrd", str(CACHE / "initrd.img")]
+        argv += ["-kernel", str(self.kernel), "-initrd", str(self.initrd)]
         argv += ["-append", "root=/dev/vda rw console=ttyS0 intel_iommu=on iommu=pt net.ifnames=0 quiet"]
         argv += ["-drive", f"file={overlay},if=virtio,format=qcow2"]
         argv += ["-netdev", f"user,id=mgmt,hostfwd=tcp:127.0.0.1:{self.port}-:22"]
         argv += ["-device", f"virtio-net-pci,netdev=mgmt,mac={MGMT_MAC}"]
         argv += ["-netdev", "user,id=twin,restrict=on", "-device", f"virtio-net-pci,netdev=twin,mac={TWIN_MAC}"]
         argv += ["-device", "e1000,netdev=stand", "-netdev", "user,id=stand,restrict=on"]
+        argv += self.extra
         argv += ["-display", "none", "-serial", f"file:{self.console}", "-daemonize", "-pidfile", str(self.pidfile)]
         subprocess.run(argv, check=True)
         self.wait_for_ssh(timeout)
@@ -74,7 +78,12 @@ class KernelVM:
         tail = self.console.read_text(errors="replace")[-3000:] if self.console.exists() else ""
         raise AssertionError(f"the kernel test machine did not answer ssh in {timeout:.0f}s; console:\n{tail}")
 
-    def reboot(self, timeout: float = 420) -> None:
+    def reboot(self, timeout: float = 420, *, from_disk: bool = False) -> None:
+        """Reboot; from_disk boots the kernel and initramfs the machine's own /boot holds now, as a boot loader
+        would. QEMU reads -kernel/-initrd once at start, so a plain reboot brings back the old initramfs."""
+        if from_disk:
+            self.power_cycle_from_disk(timeout)
+            return
         before = self.boot_id()
         self.ssh("systemctl reboot", timeout=20)
         deadline = time.monotonic() + timeout
@@ -83,6 +92,23 @@ class KernelVM:
             if self.ssh("true", timeout=10).returncode == 0 and self.boot_id() != before:
                 return
         raise AssertionError("the kernel test machine did not come back after a reboot")
+
+    def power_cycle_from_disk(self, timeout: float = 420) -> None:
+        before = self.boot_id()
+        release = self.check("uname -r").strip()
+        for name, path in (("vmlinuz", "kernel"), ("initrd.img", "initrd")):
+            copy = self.workdir / f"{name}-from-disk"
+            copy.write_bytes(self.ssh(f"cat /boot/{name}-{release}", timeout=300).stdout)
+            assert copy.stat().st_size > 1 << 20, f"/boot/{name}-{release} did not come out of the machine"
+            setattr(self, path, copy)
+        pid = int(self.pidfile.read_text())
+        self.ssh("systemctl poweroff", timeout=20)
+        deadline = time.monotonic() + 180
+        while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+            time.sleep(2)
+        self.stop()
+        self.start(timeout)
+        assert self.boot_id() != before
 
     # --- commands ----------------------------------------------------------------------------------
     def ssh(self, command: str, timeout: float = 120, stdin: bytes | None = None) -> subprocess.CompletedProcess:

@@ -1,9 +1,13 @@
-"""Who holds the NVIDIA device nodes: a scan of /proc/<pid>/fd and /proc/<pid>/maps.
+"""Who holds the GPUs' device nodes: a scan of /proc/<pid>/fd and /proc/<pid>/maps.
 
 nvidia-smi inside a container is not PID-namespace aware, and PVE mknods its own copy of each node under
 /var/lib/lxc/<vmid>/passthrough, so ``fuser /dev/nvidia0`` can miss a container's processes. The scan
 matches the link text (any path ending in /dev/nvidia*) and, where the link resolves, the character
 device's major number (the nvidia majors from /proc/devices).
+
+It also finds the holders of given nodes, such as a GPU's /dev/vfio/<group>: a process with the device
+open through VFIO (a QEMU that outlived its VM) makes the unbind from vfio-pci block in the kernel until
+it lets go.
 """
 
 from __future__ import annotations
@@ -76,26 +80,48 @@ def _container(proc: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def _holds(fd_path: str, majors: set[int]) -> str | None:
+def _node_devices(nodes: tuple[str, ...], dev_root: str) -> set[int]:
+    """st_rdev of each /dev/... node that exists as a character device under dev_root."""
+    devices = set()
+    for node in nodes:
+        try:
+            st = os.stat(os.path.join(dev_root, node[len("/dev/") :]))
+        except OSError:
+            continue
+        if stat.S_ISCHR(st.st_mode):
+            devices.add(st.st_rdev)
+    return devices
+
+
+def _holds(fd_path: str, majors: set[int], nvidia: bool, nodes: tuple[str, ...], devices: set[int]) -> str | None:
     try:
         target = os.readlink(fd_path)
     except OSError:
         return None
-    if NODE.search(target):
+    if (nvidia and NODE.search(target)) or target.removesuffix(" (deleted)") in nodes:
         return target
-    if majors and target.startswith("/"):
+    if (majors or devices) and target.startswith("/"):
         try:
             st = os.stat(fd_path)
         except OSError:
             return None
-        if stat.S_ISCHR(st.st_mode) and os.major(st.st_rdev) in majors:
+        if stat.S_ISCHR(st.st_mode) and (os.major(st.st_rdev) in majors or st.st_rdev in devices):
             return target
     return None
 
 
-def find_holders(proc_root: str, exclude_pids: tuple[int, ...] = ()) -> list[Holder]:
-    """Every process with an NVIDIA device node open or mapped, one entry per process, by pid."""
-    majors = nvidia_majors(proc_root)
+def find_holders(
+    proc_root: str,
+    exclude_pids: tuple[int, ...] = (),
+    *,
+    nvidia: bool = True,
+    nodes: tuple[str, ...] = (),
+    dev_root: str = "/dev",
+) -> list[Holder]:
+    """Every process with an NVIDIA device node (unless nvidia is false) or one of nodes (/dev/... paths,
+    also matched by device number under dev_root) open or mapped, one entry per process, by pid."""
+    majors = nvidia_majors(proc_root) if nvidia else set()
+    devices = _node_devices(nodes, dev_root)
     holders = []
     try:
         pids = sorted(int(p) for p in os.listdir(proc_root) if p.isdigit())
@@ -111,10 +137,10 @@ def find_holders(proc_root: str, exclude_pids: tuple[int, ...] = ()) -> list[Hol
         except OSError:
             fds = []
         for fd in sorted(fds, key=lambda n: int(n) if n.isdigit() else 0):
-            found = _holds(os.path.join(proc, "fd", fd), majors)
+            found = _holds(os.path.join(proc, "fd", fd), majors, nvidia, nodes, devices)
             if found:
                 break
-        if not found:
+        if not found and nvidia:
             for line in _read(os.path.join(proc, "maps")).splitlines():
                 parts = line.split(None, 5)
                 if len(parts) == 6 and NODE.search(parts[5].strip()):

@@ -356,14 +356,17 @@ class Switcher:
     def _check_receiver(self, receiver: Guest, gpus: list[Gpu], target: str, moving: bool) -> str | None:
         """What the receiving guest's config lacks, as text (None: nothing); refuses bad entries, a token login
         that could not write them, and a receiver that runs without the GPUs, all before any change."""
+        # The container's devN entries are the nodes the nvidia driver creates; another host driver (a stand-in
+        # device on a test machine) has none that gpu-switch knows, so the container's config is left alone.
+        ct_nodes = target == "ct" and self.cfg.host_driver == "nvidia"
         if target == "vm":
             additions = self._vm_additions(receiver.config, gpus)
         else:
-            additions = self._ct_predicted(receiver.config, gpus, moving)
+            additions = self._ct_predicted(receiver.config, gpus, moving) if ct_nodes else []
         if additions and not self.cfg.proxmox.is_root_pam:
             raise Refused(self._root_pam_error(", ".join(additions)))
         # A container that gets rebound GPUs always has its entries checked again (the minors may change).
-        needed = bool(additions) or (target == "ct" and moving)
+        needed = bool(additions) or (ct_nodes and moving)
         if receiver.status == "running" and (moving or needed):
             raise Refused(
                 f"{receiver.label} is running without the GPUs; stop it first (the move starts it again with them)"
@@ -402,8 +405,25 @@ class Switcher:
                 steps.append(
                     Step("stop-service", f"stop {unit}", lambda: self._stop_unit(unit), lambda: self.host.start(unit))
                 )
-            if unbinding_host:
-                steps.append(Step("check-holders", "no process may hold /dev/nvidia*", self._check_holders))
+            # A process with a GPU open through VFIO makes its unbind from vfio-pci block in the kernel
+            # until it lets go: refuse instead (checked once the giving VM is down).
+            vfio_nodes = tuple(
+                f"/dev/vfio/{gpu.iommu_group}"
+                for gpu in moving
+                if gpu.iommu_group is not None
+                and any(
+                    f.driver == cfg.passthrough_driver and self._needs(f, actions[f.address]) for f in gpu.functions
+                )
+            )
+            if unbinding_host or vfio_nodes:
+                held = ["/dev/nvidia*"] if unbinding_host else []
+                steps.append(
+                    Step(
+                        "check-holders",
+                        f"no process may hold {', '.join(held + list(vfio_nodes))}",
+                        lambda: self._check_holders(unbinding_host, vfio_nodes),
+                    )
+                )
             for gpu in moving:
                 todo = [f for f in gpu.functions if self._needs(f, actions[f.address])]
                 detail = "; ".join(
@@ -473,8 +493,10 @@ class Switcher:
         if self.host.is_active(unit):
             raise StepFailed(f"{unit} is still active after systemctl stop")
 
-    def _check_holders(self) -> None:
-        holders = find_holders(self.cfg.roots.proc, exclude_pids=(os.getpid(),))
+    def _check_holders(self, nvidia: bool = True, nodes: tuple[str, ...] = ()) -> None:
+        holders = find_holders(
+            self.cfg.roots.proc, exclude_pids=(os.getpid(),), nvidia=nvidia, nodes=nodes, dev_root=self.cfg.roots.dev
+        )
         if holders:
             self._holders = holders
             raise Refused(_holders_text("the GPUs are still in use", holders))

@@ -1,6 +1,8 @@
-"""Holders of /dev/nvidia* found in /proc, reported by pid and command."""
+"""Holders of /dev/nvidia* (and of given nodes such as /dev/vfio/<group>) found in /proc, by pid and command."""
 
 from __future__ import annotations
+
+import os
 
 from gpu_switch.holders import find_holders
 
@@ -33,3 +35,17 @@ def test_fd_links_maps_and_containers(rig):
 
 def test_no_proc_tree_means_no_holders(tmp_path):
     assert find_holders(str(tmp_path / "nothing")) == []
+
+
+def test_given_nodes_by_path_and_by_device_number(rig, tmp_path):
+    # dev/vfio/12 stands for the group node; its device number is /dev/null's, so an fd on /dev/null is
+    # the same device under another path (a container's own copy of a node).
+    os.makedirs(tmp_path / "devroot" / "vfio")
+    os.symlink("/dev/null", tmp_path / "devroot" / "vfio" / "12")
+    rig.add_process(20, "qemu-a", fds=["/dev/vfio/vfio", "/dev/vfio/12"])
+    rig.add_process(21, "qemu-b", fds=["/dev/vfio/13"])
+    rig.add_process(22, "copy", fds=["/dev/null"])
+    rig.add_process(23, "smi", fds=["/dev/nvidia0"])
+    found = find_holders(rig.proc, nvidia=False, nodes=("/dev/vfio/12",), dev_root=str(tmp_path / "devroot"))
+    assert [(h.pid, h.path) for h in found] == [(20, "/dev/vfio/12"), (22, "/dev/null")]
+    assert [h.pid for h in find_holders(rig.proc)] == [23]

@@ -12,7 +12,8 @@ from gpu_switch.errors import EXIT_OK, EXIT_ROLLED_BACK, EXIT_STRANDED
 from gpu_switch.writer import ThreadWriter
 from gpu_switch_rig import CT, VM, Rig
 
-STEPS = {"ct": 8, "vm": 8}  # steps of a full move of 2 GPUs from that side
+# Steps of a full move of 2 GPUs from that side; from the VM, check-holders looks for /dev/vfio holders.
+STEPS = {"ct": 8, "vm": 9}
 # sysfs writes of that move: 2 GPUs x 2 functions x (override, unbind, probe); from the VM the audio
 # functions have no override to clear (PVE bound them, as the rig builds them).
 WRITES = {"ct": 12, "vm": 10}
@@ -80,6 +81,8 @@ def test_a_full_move_has_the_expected_size(make_rig, origin):
 @pytest.mark.parametrize("step", range(max(STEPS.values())))
 @pytest.mark.parametrize("origin", ["ct", "vm"])
 def test_killed_after_each_step_then_recover(tmp_path, origin, step, after_reboot):
+    if step >= STEPS[origin]:
+        pytest.skip("the move has fewer steps")
     rig = Rig(tmp_path, owner=origin)
     done = []
 

@@ -123,6 +123,34 @@ def test_holders_left_after_the_guest_stopped_roll_back_and_are_reported(rig):
     assert set(rig.drivers().values()) == {"nvidia", "snd_hda_intel"}
 
 
+def test_a_process_holding_a_gpu_through_vfio_stops_the_move_back_to_the_container(make_rig):
+    rig = make_rig(owner="vm")
+    before = rig.drivers()
+
+    def lingering_qemu(step):
+        # The VM's task ended but a process still has GPU 2's VFIO group open: its unbind would block.
+        if step.name == "stop-guest":
+            rig.add_process(6060, "/usr/bin/kvm -id 999", fds=["/dev/vfio/vfio", "/dev/vfio/2", "/dev/nvidia9"])
+
+    out = cli.run("to-ct", rig.switcher(after_step=lingering_qemu))
+    assert out.exit_code == EXIT_ROLLED_BACK
+    assert out.result["holders"] == [{"pid": 6060, "command": "/usr/bin/kvm -id 999", "path": "/dev/vfio/2"}]
+    assert "check-holders" in [s["name"] for s in out.result["steps"]]
+    assert rig.drivers() == before and rig.api.status("qemu", VM) == "running"
+
+
+def test_another_host_driver_leaves_the_container_config_alone(make_rig):
+    # A stand-in host driver (the real-kernel tests use an e1000) has no /dev/nvidia* nodes for devN entries.
+    rig = make_rig(owner="vm", gpus=1, functions=1, drivers={"host": "e1000", "passthrough": "vfio-pci"})
+    rig.kernel.add_driver("e1000")
+    out = rig.switcher().move("ct")
+    assert out.exit_code == EXIT_OK, out.reason
+    assert rig.drivers() == {rig.addresses[0]: "e1000"} and out.result["owner"] == "ct"
+    assert [c for c in rig.api.calls if c[0] == "set_config"] == []
+    assert "device-nodes" not in [s["name"] for s in out.result["steps"]]
+    assert rig.api.status("lxc", CT) == "running"
+
+
 def test_a_hung_write_marks_the_gpu_needs_reboot_and_exits_3(rig):
     rig.kernel.hang("bus/pci/drivers/nvidia/unbind", "0000:02:00.0")
     out = cli.run("to-vm", rig.switcher())

@@ -5,7 +5,7 @@ import stat
 from pathlib import Path
 
 import pytest
-from pve_testlib import load_module, run_module
+from pve_testlib import BRIDGE, NIC, load_module, run_module
 
 CMDLINE = load_module("pve_kernel_cmdline")
 PROBE = load_module("pve_host_probe")
@@ -105,6 +105,15 @@ def test_probe_reports_without_changing(make_host):
     assert result["changed"] is False
     assert [g["address"] for g in result["gpus"]] == ["0000:01:00.0"]
     assert result["mok_enrolled"] is None and result["mok_detail"] == "Secure Boot is disabled"
+
+
+def test_probe_takes_the_gpu_vendor_as_a_parameter(make_host):
+    # The real-kernel tests stand in for GPUs with emulated display devices of another vendor.
+    root = make_host(others=[BRIDGE, {**NIC, "address": "0000:03:00.0", "class": "0x030000", "vendor": "0x1234"}])
+    other = run_module(PROBE, probe_args(root, addresses=["0000:03:00.0"], vendor="0x1234"))
+    assert [g["address"] for g in other["gpus"]] == ["0000:03:00.0"] and other["missing"] == []
+    nvidia = run_module(PROBE, probe_args(root, addresses=["0000:03:00.0"]))
+    assert nvidia["gpus"] == [] and "is not a 0x10de GPU" in nvidia["missing"][0]["reason"]
 
 
 @pytest.fixture
