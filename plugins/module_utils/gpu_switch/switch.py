@@ -321,6 +321,7 @@ class Switcher:
         if unbinding_host:
             foreign = self._foreign_holders(find_holders(self.cfg.roots.proc, exclude_pids=(os.getpid(),)), giver)
             if foreign:
+                self._holders = foreign  # --json reports them by pid, command and path, as after a stop
                 raise Refused(_holders_text("the GPUs are in use", foreign) + " (stop them first)")
 
         steps = self._rebind_steps(

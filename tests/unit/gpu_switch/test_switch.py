@@ -105,6 +105,7 @@ def test_holders_outside_the_container_refuse_before_any_change(rig):
     assert "pid 4242 (/usr/bin/python3 train.py) holds /dev/nvidia1" in out.reason
     assert "4243" not in out.reason and "pid 77" not in out.reason
     assert rig.kernel.writes == [] and mutations(rig.api) == []
+    assert out.result["holders"] == [{"pid": 4242, "command": "/usr/bin/python3 train.py", "path": "/dev/nvidia1"}]
 
 
 def test_holders_left_after_the_guest_stopped_roll_back_and_are_reported(rig):
