@@ -162,14 +162,19 @@ def start_fakepve(lab: Lab) -> str:
     return f"https://{px['host']}:{px['port']} (CA {Path(certfile).relative_to(ROOT)})"
 
 
-def api_summary(lab: Lab) -> str:
+def api_guests(lab: Lab):
+    """The container's and the VM's API resources on the fake API (proxmoxer), verified against the lab's CA."""
     px = lab.proxmox
     api = ProxmoxAPI(
         px["host"], port=px["port"], user=px["user"], password=px["password"], verify_ssl=str(STATE / "fakepve.crt")
     )
     node = api.nodes(px["node"])
-    ct = node.lxc(px["container"]["vmid"]).status.current.get()
-    vm = node.qemu(px["vm"]["vmid"]).status.current.get()
+    return node.lxc(px["container"]["vmid"]), node.qemu(px["vm"]["vmid"])
+
+
+def api_summary(lab: Lab) -> str:
+    px = lab.proxmox
+    ct, vm = (guest.status.current.get() for guest in api_guests(lab))
     return f"CT {px['container']['vmid']} {ct['status']}, VM {px['vm']['vmid']} {vm['status']}"
 
 
@@ -248,10 +253,9 @@ def install_standins(lab: Lab) -> str:
     stamp = hashlib.sha256(
         b"".join(p.read_bytes() for p in (STANDINS, STANDINS.parent / "openai_standin.py")) + repr(gpus).encode()
     ).hexdigest()[:16]
-    hosts = [h for h in sorted(lab.hosts) if h in lab.groups.get("inference_containers", [])]
     stale = [
         h
-        for h in hosts
+        for h in sorted(lab.groups.get("inference_containers", []))
         if podman("exec", CONTAINER_PREFIX + h, "cat", STANDIN_STAMP, check=False).stdout.strip() != stamp
     ]
     if not stale:
@@ -289,10 +293,10 @@ def move_gpus(lab: Lab, to: str) -> str:
     move = moves[0]
     if move.get("owner") != to:
         raise LabError(f"gpu-switch to-{to} left the GPUs with {move.get('owner')}")
-    done = [step["name"] for step in move.get("steps", []) if step.get("state") == "done"]
+    done = sum(1 for step in move.get("steps", []) if step.get("state") == "done")
     return (
         f"owner={move['owner']} gpus={len(move.get('gpus', []))} changed={move.get('changed')} "
-        f"CT {move['container']['status']}, VM {move['vm']['status']}, {len(done)} steps"
+        f"CT {move['container']['status']}, VM {move['vm']['status']}, {done} steps"
     )
 
 

@@ -2,7 +2,6 @@
 the GPUs moved to the VM and back with gpu-switch, and the stand-in service validated."""
 
 import pytest
-from proxmoxer import ProxmoxAPI
 
 from inferhost import lab as labmod
 
@@ -26,19 +25,6 @@ def first_converge(lab):
     return labmod.converge(lab)
 
 
-def api(lab):
-    px = lab.proxmox
-    client = ProxmoxAPI(
-        px["host"],
-        port=px["port"],
-        user=px["user"],
-        password=px["password"],
-        verify_ssl=str(labmod.STATE / "fakepve.crt"),
-    )
-    node = client.nodes(px["node"])
-    return node.lxc(px["container"]["vmid"]), node.qemu(px["vm"]["vmid"])
-
-
 def test_first_converge_changes_every_guest(lab, first_converge):
     assert first_converge.status == "successful"
     assert first_converge.failed == 0
@@ -48,7 +34,7 @@ def test_first_converge_changes_every_guest(lab, first_converge):
 
 
 def test_the_guests_are_wired_for_all_eight_gpus(lab, first_converge):
-    ct, vm = api(lab)
+    ct, vm = labmod.api_guests(lab)
     ct_config, vm_config = ct.config.get(), vm.config.get()
     assert sorted(k for k in vm_config if k.startswith("hostpci")) == [f"hostpci{n}" for n in range(8)]
     nodes = {v.split(",")[0] for k, v in ct_config.items() if k.startswith("dev") and k[3:].isdigit()}
@@ -66,7 +52,7 @@ def test_check_mode_on_the_converged_lab_reports_nothing(lab, first_converge):
 
 
 def test_gpu_switch_moves_the_gpus_to_the_vm_and_back(lab, first_converge):
-    ct, vm = api(lab)
+    ct, vm = labmod.api_guests(lab)
     assert (ct.status.current.get()["status"], vm.status.current.get()["status"]) == ("running", "stopped")
 
     assert labmod.move_gpus(lab, "vm").startswith("owner=vm gpus=8 changed=True")
