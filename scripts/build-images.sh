@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build the local Debian base images with systemd as PID 1 (no registry is needed).
 # Usage: scripts/build-images.sh [release...]   (default: bookworm trixie)
-# An image that already exists is kept: podman's own storage is the cache.
+# An image that exists and was built from this package list is kept: podman's own storage is the cache.
 # Set INFERHOST_REBUILD_IMAGES=1 to rebuild.
 set -euo pipefail
 
@@ -11,11 +11,15 @@ releases=("$@")
 [ ${#releases[@]} -gt 0 ] || releases=(bookworm trixie)
 
 mirror=$("$here/scripts/apt-mirror.sh")
-packages=systemd,systemd-sysv,dbus,python3,python3-apt,sudo,iproute2,procps,ca-certificates,gnupg
+# openssh-server: the lab reaches its machines over SSH, as a real host is reached.
+packages=systemd,systemd-sysv,dbus,python3,python3-apt,sudo,iproute2,procps,ca-certificates,gnupg,openssh-server
+# What the image was built from, kept as a label: a new list rebuilds it.
+recipe="$packages; ssh host keys per machine"
 
 for release in "${releases[@]}"; do
   image="localhost/debian-systemd:$release"
-  if [ "${INFERHOST_REBUILD_IMAGES:-0}" != 1 ] && podman image exists "$image"; then
+  if [ "${INFERHOST_REBUILD_IMAGES:-0}" != 1 ] && podman image exists "$image" \
+     && [ "$(podman image inspect --format '{{ index .Labels "inferhost.recipe" }}' "$image")" = "$recipe" ]; then
     echo "image $image: cached"
     continue
   fi
@@ -26,9 +30,16 @@ for release in "${releases[@]}"; do
   debootstrap --variant=minbase --include="$packages" "$release" "$root" "$mirror" >"$root.log" 2>&1 \
     || { tail -n 30 "$root.log"; echo "debootstrap of $release failed (log: $root.log)" >&2; exit 1; }
   : >"$root/etc/machine-id"
+  # Every machine made from the image gets host keys of its own (the lab mounts them); without one, sshd
+  # stays off instead of failing the boot.
+  rm -f "$root"/etc/ssh/ssh_host_*
+  mkdir -p "$root/etc/systemd/system/ssh.service.d"
+  printf '[Unit]\nConditionPathExists=/etc/ssh/ssh_host_ed25519_key\n' \
+    >"$root/etc/systemd/system/ssh.service.d/host-key.conf"
   chroot "$root" apt-get clean
   rm -rf "$root"/var/lib/apt/lists/*
-  tar -C "$root" -c . | podman import --change 'CMD ["/sbin/init"]' - "$image" >/dev/null
+  tar -C "$root" -c . | podman import --change 'CMD ["/sbin/init"]' --change "LABEL inferhost.recipe=\"$recipe\"" \
+    - "$image" >/dev/null
   rm -rf "$root" "$root.log"
   trap - EXIT
   echo "image $image: built in $((SECONDS - start)) s"

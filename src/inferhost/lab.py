@@ -3,12 +3,16 @@
     inferhost-lab up        build what is missing, start the lab, converge site.yml, move the GPUs to the
                             VM and back with gpu-switch, validate the inference service, print a summary
     inferhost-lab converge  converge site.yml again (add --check for a dry run)
+    inferhost-lab deploy    the README's deployment order against the running lab, each playbook on its own
+    inferhost-lab ssh HOST  a shell (or a command) on a lab machine, as the inventory reaches it
     inferhost-lab status    what runs
     inferhost-lab down      remove the containers and stop the fake API
 
-Everything the lab needs to know comes from inventory/lab (hosts, image releases, the fake API's
-guests); state lives in .cache/lab. Playbooks run through ansible-runner, and the summary is built
-from its event stream.
+Everything the lab needs to know comes from inventory/lab (hosts, addresses, image releases, the fake
+API's guests); state lives in .cache/lab. The machines are reached as real hosts are, over SSH: the lab
+makes a client key and a host key per machine, publishes each machine's sshd on the loopback and writes
+the known_hosts that the inventory checks host keys against. Playbooks run through ansible-runner, and
+the summary is built from its event stream.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import argparse
 import hashlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -35,7 +40,10 @@ INVENTORY = ROOT / "inventory" / "lab"
 STANDINS = ROOT / "tests" / "standin" / "install.yml"
 STANDIN_STAMP = "/opt/standin/.installed"
 STATE = ROOT / ".cache" / "lab"
+SSH_DIR = STATE / "ssh"
 CONTAINER_PREFIX = "inferhost-"
+# Where a Proxmox VE node keeps its cluster's CA: the lab host gets the fake API's certificate there.
+PVE_CA = "/etc/pve/pve-root-ca.pem"
 
 
 class LabError(RuntimeError):
@@ -184,10 +192,76 @@ def stop_fakepve() -> None:
         os.killpg(pid, signal.SIGTERM)
 
 
+# --- SSH: a client key, a host key per machine, the known_hosts the inventory trusts ----------------
+
+
+def _keygen(path: Path, comment: str) -> None:
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run(
+            ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],
+            check=True,
+            capture_output=True,
+        )
+
+
+def ssh_endpoint(hv: dict) -> tuple[str, int]:
+    """The address and port the inventory reaches a machine at (ansible_host, ansible_port)."""
+    return hv["ansible_host"], int(hv.get("ansible_port", 22))
+
+
+def prepare_ssh(lab: Lab) -> str:
+    """Keys and sshd settings for every machine, made once per lab, and the known_hosts file."""
+    _keygen(SSH_DIR / "id_ed25519", "inferhost-lab")
+    known = []
+    for host, hv in sorted(lab.hosts.items()):
+        hostdir = SSH_DIR / "hosts" / host
+        _keygen(hostdir / "ssh_host_ed25519_key", host)
+        address, port = ssh_endpoint(hv)
+        # A machine on the host network listens on its own port; the others on 22, published on the loopback.
+        listen = f"Port {port}\nListenAddress {address}\n" if hv.get("lab_host_network") else ""
+        (hostdir / "sshd.conf").write_text(
+            f"# inferhost lab: this machine's host key, root by key only.\n{listen}"
+            "HostKey /etc/ssh/ssh_host_ed25519_key\nPermitRootLogin prohibit-password\nPasswordAuthentication no\n"
+        )
+        key = (hostdir / "ssh_host_ed25519_key.pub").read_text().split()[:2]
+        known.append(f"[{address}]:{port} {' '.join(key)}")
+    (SSH_DIR / "known_hosts").write_text("\n".join(known) + "\n")
+    return f"{len(known)} host keys, known_hosts {(SSH_DIR / 'known_hosts').relative_to(ROOT)}"
+
+
+def _ssh_volumes(host: str) -> list[str]:
+    hostdir = SSH_DIR / "hosts" / host
+    mounts = {
+        hostdir / "ssh_host_ed25519_key": "/etc/ssh/ssh_host_ed25519_key",
+        hostdir / "ssh_host_ed25519_key.pub": "/etc/ssh/ssh_host_ed25519_key.pub",
+        hostdir / "sshd.conf": "/etc/ssh/sshd_config.d/inferhost-lab.conf",
+        SSH_DIR / "id_ed25519.pub": "/root/.ssh/authorized_keys",
+    }
+    return [arg for src, dst in mounts.items() for arg in ("-v", f"{src}:{dst}:ro")]
+
+
+def wait_for_ssh(host: str, hv: dict, timeout: float = 60) -> None:
+    """Until the machine's sshd answers with its banner."""
+    address, port = ssh_endpoint(hv)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with socket.create_connection((address, port), timeout=2) as sock:
+                if sock.recv(64).startswith(b"SSH-"):
+                    return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            raise LabError(f"{host}: no sshd answered on {address}:{port} in {timeout:.0f}s")
+        time.sleep(0.5)
+
+
 # --- the podman machines ----------------------------------------------------------------------------
 
 
 def start_containers(lab: Lab) -> str:
+    prepare_ssh(lab)
     started = []
     for host, hv in sorted(lab.hosts.items()):
         name = CONTAINER_PREFIX + host
@@ -195,13 +269,20 @@ def start_containers(lab: Lab) -> str:
         if state.returncode == 0 and state.stdout.strip() == "true":
             continue
         podman("rm", "-f", name, check=False)
-        argv = ["run", "-d", "--name", name, "--hostname", host, "--systemd", "always"]
+        argv = ["run", "-d", "--name", name, "--hostname", host, "--systemd", "always", *_ssh_volumes(host)]
         if hv.get("lab_host_network"):
             argv += ["--network", "host"]
+        else:
+            address, port = ssh_endpoint(hv)
+            argv += ["-p", f"{address}:{port}:22"]
+        if host in lab.groups.get("pve_hosts", []):
+            # A Proxmox VE node has its cluster's CA; the lab host has the fake API's certificate there.
+            argv += ["-v", f"{STATE / 'fakepve.crt'}:{PVE_CA}:ro"]
         podman(*argv, f"localhost/debian-systemd:{hv['lab_image_release']}", "/sbin/init")
         started.append(host)
-    for host in sorted(lab.hosts):
+    for host, hv in sorted(lab.hosts.items()):
         wait_for_systemd(CONTAINER_PREFIX + host)
+        wait_for_ssh(host, hv)
     for host in started:
         # The images carry no package lists, as a freshly installed machine has them.
         proc = podman("exec", CONTAINER_PREFIX + host, "apt-get", "update", "-qq", check=False)
@@ -222,14 +303,26 @@ def wait_for_systemd(name: str, timeout: float = 120) -> None:
 
 
 def remove_containers(lab: Lab) -> None:
+    """Remove the machines, and the facts cached about them: new machines start with none, as a new host does."""
     for host in sorted(lab.hosts):
         podman("rm", "-f", "-t", "2", CONTAINER_PREFIX + host, check=False)
+        (ROOT / ".cache" / "facts" / host).unlink(missing_ok=True)
 
 
 # --- playbooks --------------------------------------------------------------------------------------
 
 
-def _playbook(path: Path, check: bool = False, extravars: dict | None = None, limit: str | None = None):
+def _playbook(
+    path: Path,
+    *,
+    check: bool = False,
+    extravars: dict | None = None,
+    limit: str | None = None,
+    tags: str | None = None,
+    fact_cache: Path | None = None,
+):
+    """One ansible-playbook run; fact_cache: a directory of its own (a cold cache, as on another controller)."""
+    env = {"ANSIBLE_CACHE_PLUGIN_CONNECTION": str(fact_cache)} if fact_cache else None
     result = run_playbook(
         path,
         inventory=INVENTORY / "hosts.yml",
@@ -237,6 +330,8 @@ def _playbook(path: Path, check: bool = False, extravars: dict | None = None, li
         check=check,
         extravars=extravars,
         limit=limit,
+        tags=tags,
+        env=env,
         project_dir=ROOT,
     )
     if result.status != "successful":
@@ -300,11 +395,64 @@ def move_gpus(lab: Lab, to: str) -> str:
     )
 
 
-def validate(lab: Lab) -> str:
+def ssh_argv(lab: Lab, host: str) -> list[str]:
+    """ssh to a lab machine as the inventory reaches it: its address and port, the lab's key and known_hosts."""
+    address, port = ssh_endpoint(lab.hosts[host])
+    known_hosts = SSH_DIR / "known_hosts"
+    return [
+        "ssh", "-i", str(SSH_DIR / "id_ed25519"), "-p", str(port), "-o", f"UserKnownHostsFile={known_hosts}",
+        "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", f"root@{address}",
+    ]  # fmt: skip
+
+
+def gpu_switch_over_ssh(lab: Lab, to: str) -> str:
+    """`ssh root@<host> gpu-switch to-<guest>`, as the README's deployment order has the user do it."""
+    host = _pve_host(lab)
+    argv = [*ssh_argv(lab, host), "gpu-switch", "--json", f"to-{to}"]
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise LabError(f"gpu-switch to-{to} on {host} (rc {proc.returncode}): {proc.stderr.strip()[-1500:]}")
+    report = json.loads(proc.stdout)
+    if report.get("owner") != to:
+        raise LabError(f"gpu-switch to-{to} left the GPUs with {report.get('owner')}")
+    return f"owner={report['owner']} changed={report.get('changed')}"
+
+
+def deploy_in_order(lab: Lab) -> list[tuple[str, float, str]]:
+    """The README's first deployment, each step on its own with a cold fact cache, as a user runs it: host.yml,
+    container.yml, validate.yml on the container, gpu-switch to-vm, vm.yml, gpu-switch to-ct."""
+    playbooks = ROOT / "playbooks"
+    steps = [
+        ("host.yml", lambda cache: _playbook(playbooks / "host.yml", fact_cache=cache)),
+        ("container.yml", lambda cache: _playbook(playbooks / "container.yml", fact_cache=cache)),
+        ("validate.yml", lambda cache: validate(lab, fact_cache=cache)),
+        ("gpu-switch to-vm", lambda _: gpu_switch_over_ssh(lab, "vm")),
+        ("vm.yml", lambda cache: _playbook(playbooks / "vm.yml", fact_cache=cache)),
+        ("gpu-switch to-ct", lambda _: gpu_switch_over_ssh(lab, "ct")),
+    ]
+    done = []
+    for number, (name, run) in enumerate(steps):
+        cache = STATE / "deploy-facts" / f"{number}"
+        shutil.rmtree(cache, ignore_errors=True)
+        print(f"==> deployment order: {name} (empty fact cache)", flush=True)
+        start = time.monotonic()
+        result = run(cache)
+        done.append((name, time.monotonic() - start, result if isinstance(result, str) else "", result))
+    return done
+
+
+def reboot_reasons(result: PlaybookResult) -> list[str]:
+    """What host.yml said a reboot is owed for (its closing report), empty when nothing is owed."""
+    reports = [res for _, task, res in result.ok_results if task.endswith("reboot | Report that a reboot is required")]
+    return [line for report in reports if isinstance(report.get("msg"), list) for line in report["msg"][1:]]
+
+
+def validate(lab: Lab, fact_cache: Path | None = None) -> str:
     """playbooks/validate.yml against the container's stand-in service (the lab has no driver or CUDA)."""
     result = _playbook(
         ROOT / "playbooks" / "validate.yml",
         extravars={"validate_checks": ["smoke"], "validate_hosts": "inference_containers"},
+        fact_cache=fact_cache,
     )
     smoke = result.results_of("Send the prompts through the chat API")
     if not smoke:
@@ -370,7 +518,24 @@ def cmd_down(_: argparse.Namespace) -> int:
     stop_fakepve()
     for leftover in ("fakepve.pid", "guests.json", "pve-password", "fakepve.key"):
         (STATE / leftover).unlink(missing_ok=True)
+    # The next lab gets new keys.
+    shutil.rmtree(SSH_DIR, ignore_errors=True)
     print("lab removed")
+    return 0
+
+
+def cmd_ssh(args: argparse.Namespace) -> int:
+    lab = Lab.from_inventory()
+    if args.host not in lab.hosts:
+        raise LabError(f"no lab machine {args.host!r} (known: {', '.join(sorted(lab.hosts))})")
+    return subprocess.run([*ssh_argv(lab, args.host), *args.command], check=False).returncode
+
+
+def cmd_deploy(_: argparse.Namespace) -> int:
+    lab = Lab.from_inventory()
+    for name, secs, note, _ in deploy_in_order(lab):
+        lab.timings.append((name, secs, note))
+    print_summary(lab, None)
     return 0
 
 
@@ -381,10 +546,15 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--check", action="store_true", help="converge in check mode (with --diff)")
     conv = sub.add_parser("converge", help="converge site.yml against the running lab")
     conv.add_argument("--check", action="store_true", help="check mode (with --diff): show, change nothing")
+    sub.add_parser("deploy", help="the README's deployment order, each playbook alone with a cold fact cache")
+    ssh = sub.add_parser("ssh", help="a shell or a command on a lab machine, over the inventory's SSH road")
+    ssh.add_argument("host")
+    ssh.add_argument("command", nargs="*")
     sub.add_parser("status", help="show what runs")
     sub.add_parser("down", help="remove the lab")
     args = parser.parse_args(argv)
-    handler = {"up": cmd_up, "converge": cmd_converge, "status": cmd_status, "down": cmd_down}[args.command]
+    handlers = {"up": cmd_up, "converge": cmd_converge, "deploy": cmd_deploy, "ssh": cmd_ssh, "status": cmd_status}
+    handler = {**handlers, "down": cmd_down}[args.command]
     os.environ.setdefault("CONTAINERS_CONF", str(ROOT / "containers.conf"))
     try:
         return handler(args)

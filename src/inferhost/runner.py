@@ -114,6 +114,7 @@ def run_playbook(
     check: bool = False,
     extravars: dict | None = None,
     limit: str | None = None,
+    tags: str | None = None,
     env: dict[str, str] | None = None,
     quiet: bool = False,
 ) -> PlaybookResult:
@@ -123,6 +124,8 @@ def run_playbook(
     cmdline = ["--diff"]
     if check:
         cmdline.append("--check")
+    if tags:
+        cmdline += ["--tags", tags]
     private_dir.mkdir(parents=True, exist_ok=True)
     envvars = {
         "ANSIBLE_CONFIG": str(project_dir / "ansible.cfg"),

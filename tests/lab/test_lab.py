@@ -1,5 +1,8 @@
-"""The local lab end to end: fake Proxmox API, podman machines, site.yml converged, re-converged and checked,
-the GPUs moved to the VM and back with gpu-switch, and the stand-in service validated."""
+"""The local lab end to end, over SSH as a real host is reached: the README's deployment order on fresh
+machines, each playbook in its own run with an empty fact cache; then site.yml and --check change nothing,
+the GPUs move to the VM and back through the playbook, and the stand-in service answers."""
+
+import shutil
 
 import pytest
 
@@ -21,19 +24,35 @@ def lab():
 
 
 @pytest.fixture(scope="module")
-def first_converge(lab):
-    return labmod.converge(lab)
+def deployed(lab):
+    """host.yml, container.yml, validate.yml, gpu-switch to-vm, vm.yml, gpu-switch to-ct, in that order."""
+    return {name: (seconds, result) for name, seconds, _, result in labmod.deploy_in_order(lab)}
 
 
-def test_first_converge_changes_every_guest(lab, first_converge):
-    assert first_converge.status == "successful"
-    assert first_converge.failed == 0
-    assert {"lab-pve", "lab-ct", "lab-vm"} <= first_converge.hosts
-    changed_hosts = {line.split(":")[0] for line in first_converge.changed_tasks}
-    assert {"lab-ct", "lab-vm"} <= changed_hosts
+def test_the_lab_is_reached_over_ssh_with_its_host_keys_checked(lab):
+    """No podman connection: the inventory's road is SSH, and a wrong host key is refused."""
+    for host in lab.hosts:
+        assert "ansible_connection" not in lab.hosts[host]
+    argv = labmod.ssh_argv(lab, "lab-ct")
+    ok = labmod.subprocess.run([*argv, "hostname"], capture_output=True, text=True, check=False)
+    assert (ok.returncode, ok.stdout.strip()) == (0, "lab-ct")
+    # lab-vm's host key under lab-ct's address: ssh must refuse it.
+    known = (labmod.SSH_DIR / "known_hosts").read_text().splitlines()
+    ct_line = next(line for line in known if line.startswith("[127.0.0.1]:2222 "))
+    vm_key = next(line for line in known if line.startswith("[127.0.0.1]:2223 ")).split(" ", 1)[1]
+    wrong = labmod.SSH_DIR / "known_hosts.wrong"
+    wrong.write_text(f"{ct_line.split(' ', 1)[0]} {vm_key}\n")
+    argv = [a if not a.startswith("UserKnownHostsFile=") else f"UserKnownHostsFile={wrong}" for a in argv]
+    refused = labmod.subprocess.run([*argv, "true"], capture_output=True, text=True, check=False)
+    assert refused.returncode == 255 and "HOST IDENTIFICATION HAS CHANGED" in refused.stderr
 
 
-def test_the_guests_are_wired_for_all_eight_gpus(lab, first_converge):
+def test_the_host_play_on_a_fresh_host_wires_the_guests_and_reports_its_reboot(lab, deployed):
+    """host.yml alone on a fresh host: the API module runs on the host, which has no proxmoxer until the role
+    installs it, and the play ends with the reasons a reboot is owed for."""
+    _, result = deployed["host.yml"]
+    assert result.status == "successful" and result.changed > 0
+    assert labmod.reboot_reasons(result), "host.yml on a fresh host reported no reboot reason"
     ct, vm = labmod.api_guests(lab)
     ct_config, vm_config = ct.config.get(), vm.config.get()
     assert sorted(k for k in vm_config if k.startswith("hostpci")) == [f"hostpci{n}" for n in range(8)]
@@ -41,17 +60,42 @@ def test_the_guests_are_wired_for_all_eight_gpus(lab, first_converge):
     assert {f"/dev/nvidia{n}" for n in range(8)} | {"/dev/nvidiactl", "/dev/nvidia-uvm"} <= nodes
 
 
-def test_second_converge_changes_nothing(lab, first_converge):
+def test_each_guest_play_runs_alone_with_a_cold_fact_cache(lab, deployed):
+    for name in ("container.yml", "vm.yml"):
+        _, result = deployed[name]
+        assert result.status == "successful" and result.changed > 0, name
+    assert "3/3 prompts answered well" in deployed["validate.yml"][1]
+    assert deployed["gpu-switch to-vm"][1] == "owner=vm changed=True"
+    assert deployed["gpu-switch to-ct"][1] == "owner=ct changed=True"
+
+
+def test_the_container_play_alone_reads_the_hosts_driver_version(lab, deployed):
+    """With no cached facts of the host, the container's driver role still learns the host's version (it
+    refuses to run without it): a --check of that role, the NVIDIA repository's changes shown, not made."""
+    cache = labmod.STATE / "cold-facts"
+    shutil.rmtree(cache, ignore_errors=True)
+    result = labmod._playbook(
+        labmod.ROOT / "playbooks" / "container.yml",
+        check=True,
+        extravars={"nvidia_userspace_enabled": True},
+        tags="role::nvidia_userspace",
+        fact_cache=cache,
+    )
+    assert result.status == "successful"
+
+
+def test_after_the_deployment_site_yml_changes_nothing(lab, deployed):
     again = labmod.converge(lab)
-    assert again.changed == 0, f"second converge changed: {again.changed_tasks}"
+    assert again.changed == 0, f"site.yml after the deployment changed: {again.changed_tasks}"
+    assert {"lab-pve", "lab-ct", "lab-vm"} <= again.hosts
 
 
-def test_check_mode_on_the_converged_lab_reports_nothing(lab, first_converge):
+def test_check_mode_on_the_converged_lab_reports_nothing(lab, deployed):
     checked = labmod.converge(lab, check=True)
     assert checked.changed == 0, f"--check on a converged lab reports: {checked.changed_tasks}"
 
 
-def test_gpu_switch_moves_the_gpus_to_the_vm_and_back(lab, first_converge):
+def test_gpu_switch_playbook_moves_the_gpus_to_the_vm_and_back(lab, deployed):
     ct, vm = labmod.api_guests(lab)
     assert (ct.status.current.get()["status"], vm.status.current.get()["status"]) == ("running", "stopped")
 
@@ -65,15 +109,8 @@ def test_gpu_switch_moves_the_gpus_to_the_vm_and_back(lab, first_converge):
     assert labmod.move_gpus(lab, "ct").startswith("owner=ct gpus=8 changed=False")
 
 
-def test_validate_asks_the_service_its_questions(lab, first_converge):
+def test_validate_asks_the_service_its_questions(lab, deployed):
     assert "3/3 prompts answered well" in labmod.validate(lab)
-
-
-def test_the_fake_api_knows_both_guests(lab):
-    summary = labmod.api_summary(lab)
-    px = lab.proxmox
-    assert f"CT {px['container']['vmid']} {px['container']['status']}" in summary
-    assert f"VM {px['vm']['vmid']} {px['vm']['status']}" in summary
 
 
 def test_a_fresh_lab_in_check_mode_shows_the_changes(lab):

@@ -1,0 +1,122 @@
+"""The lab takes a real host's road: inventory/lab sets every variable that inventory/example sets, to the same
+value, except for addresses, secrets, sizes and stand-in hardware. Each allowed difference is listed here with
+its reason; any other difference fails, naming the variable and the host."""
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.static
+
+# Variable -> why the lab's value (or its presence in one inventory only) differs from the example's.
+ALLOWED = {
+    # Addresses and names.
+    "ansible_host": "address: every lab machine is on this machine's loopback",
+    "ansible_port": "address: each machine's sshd has its own loopback port",
+    "inferhost_pve_host": "name: the lab host is lab-pve, the example's pve1",
+    # Secrets.
+    "ansible_ssh_private_key_file": "secret: the client key inferhost-lab makes per lab",
+    "ansible_ssh_common_args": "secret: the known_hosts file inferhost-lab writes from the machines' host keys",
+    "vault_proxmox_password": "secret: a real site keeps it in Vault; the lab's is fakepve's public test password",
+    "inference_service_api_key": "secret: the lab's key is not a secret; a site's comes from Vault",
+    # Stand-in hardware: what the lab's machines have instead of GPUs, a kernel and NVIDIA's repository.
+    "inferhost_gpus": "stand-in hardware: the addresses of gpu_switch's simulated kernel tree",
+    "inferhost_host_has_swap": "stand-in hardware: the lab host has whatever swap this machine has",
+    "pve_host_gpu_addresses": "stand-in hardware: the lab host's /sys has no GPUs (gpu_switch simulates them apart)",
+    "pve_guest_gpu_gpus": "stand-in hardware: the lab host's /sys has no GPUs for pve_host_gpu to publish",
+    "gpu_switch_simulated_gpus": "stand-in hardware: gpu-switch moves simulated GPUs",
+    "pve_host_gpu_driver_install": "stand-in hardware: no NVIDIA repository for the host",
+    "nvidia_userspace_enabled": "stand-in hardware: no NVIDIA repository or GPU for the guests' driver",
+    "cuda_toolkit_versions": "stand-in hardware: no NVIDIA repository for CUDA",
+    "cuda_toolkit_default": "stand-in hardware: no NVIDIA repository for CUDA",
+    "inference_service_services": "stand-in hardware: the stand-in engine with a stand-in checkpoint",
+    "inference_service_active": "stand-in hardware: the stand-in service",
+    "inference_service_device_dir": "stand-in hardware: stand-in GPU device nodes",
+    "inference_service_sysfs_root": "stand-in hardware: a stand-in sysfs tree with the GPUs on nvidia",
+    "inference_service_nvidia_smi": "stand-in hardware: no nvidia-smi without a driver",
+    "inference_service_hardware": "stand-in hardware: the plan check sees the lab's GPUs",
+    # Sizes and times.
+    "gpu_switch_timeouts": "time: fakepve runs PVE's seconds ten times faster",
+    "inference_service_load_timeout_s": "time: the stand-in model loads in seconds",
+    "inference_service_start_margin_s": "time: the stand-in model loads in seconds",
+    "inference_service_wait_interval_s": "time: the stand-in model loads in seconds",
+    "python_env_uv_install": "size: the lab builds no environment (molecule/guest_env installs uv)",
+    "python_env_environments": "size: torch and the engines are gigabytes; the lab runs the stand-in engine",
+    "source_build_builds": "size: hours-long CUDA builds (molecule/guest_env builds one for real)",
+}
+# The lab driver's own data (the fake API's guests, image releases, networking), read by no role.
+LAB_ONLY = re.compile(r"^lab_")
+
+
+def hostvars(inventory: str) -> tuple[dict, dict]:
+    proc = subprocess.run(
+        ["ansible-inventory", "-i", f"inventory/{inventory}/hosts.yml", "--list"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    listing = json.loads(proc.stdout)
+    return listing["_meta"]["hostvars"], listing
+
+
+def first_host(listing: dict, group: str) -> str:
+    return listing[group]["hosts"][0]
+
+
+@pytest.fixture(scope="module")
+def inventories():
+    return hostvars("example"), hostvars("lab")
+
+
+@pytest.mark.parametrize("group", ["pve_hosts", "inference_containers", "inference_vms"])
+def test_the_lab_sets_what_the_example_sets(inventories, group):
+    (example, example_listing), (lab, lab_listing) = inventories
+    ex_host, lab_host = first_host(example_listing, group), first_host(lab_listing, group)
+    ex_vars, lab_vars = example[ex_host], lab[lab_host]
+    problems = []
+    for name in sorted(set(ex_vars) | set(lab_vars)):
+        if name in ALLOWED or LAB_ONLY.match(name):
+            continue
+        if name not in lab_vars:
+            problems.append(f"{name}: set in the example ({ex_host}), not in the lab")
+        elif name not in ex_vars:
+            problems.append(f"{name}: set in the lab ({lab_host}), not in the example")
+        elif ex_vars[name] != lab_vars[name]:
+            problems.append(f"{name}: example {ex_vars[name]!r}, lab {lab_vars[name]!r}")
+    assert not problems, f"inventory/lab differs from inventory/example on {group}:\n" + "\n".join(problems)
+
+
+def test_every_allowed_difference_is_still_a_difference(inventories):
+    """An entry of ALLOWED that no longer differs is a hole: it would let a future difference through."""
+    (example, example_listing), (lab, lab_listing) = inventories
+    pairs = [
+        (example[first_host(example_listing, g)], lab[first_host(lab_listing, g)])
+        for g in ("pve_hosts", "inference_containers", "inference_vms")
+    ]
+    stale = [name for name in ALLOWED if all(ex.get(name, None) == lb.get(name, None) for ex, lb in pairs)]
+    assert not stale, f"no longer differ, remove from ALLOWED: {stale}"
+
+
+def test_no_role_or_playbook_reads_the_lab_driver_data():
+    used = []
+    for path in [*ROOT.glob("roles/**/*.yml"), *ROOT.glob("playbooks/**/*.yml"), ROOT / "site.yml"]:
+        if re.search(r"\blab_[a-z]", path.read_text()):
+            used.append(str(path.relative_to(ROOT)))
+    assert not used, f"the lab driver's variables (lab_*) are read by: {used}"
+
+
+def test_the_fake_api_serves_the_guests_the_inventory_names(inventories):
+    _, (lab, lab_listing) = inventories
+    hv = lab[first_host(lab_listing, "pve_hosts")]
+    fake, px = hv["lab_proxmox"], hv["inferhost_proxmox"]
+    assert (fake["node"], fake["container"]["vmid"], fake["vm"]["vmid"]) == (
+        px["node"],
+        px["container_vmid"],
+        px["vm_vmid"],
+    )
+    assert (fake["host"], fake["port"]) == (hv["ansible_host"], px["api_port"])
