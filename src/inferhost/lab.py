@@ -443,7 +443,7 @@ def deploy_in_order(lab: Lab) -> list[tuple[str, float, str]]:
 
 def reboot_reasons(result: PlaybookResult) -> list[str]:
     """What host.yml said a reboot is owed for (its closing report), empty when nothing is owed."""
-    reports = [res for _, task, res in result.ok_results if task.endswith("reboot | Report that a reboot is required")]
+    reports = [res for _, task, res in result.ok_results if task.endswith("Report that a reboot is required")]
     return [line for report in reports if isinstance(report.get("msg"), list) for line in report["msg"][1:]]
 
 

@@ -3,6 +3,7 @@ value, except for addresses, secrets, sizes and stand-in hardware. Each allowed 
 its reason; any other difference fails, naming the variable and the host."""
 
 import json
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -59,6 +60,8 @@ def hostvars(inventory: str) -> tuple[dict, dict]:
         capture_output=True,
         text=True,
         check=True,
+        # Only what the inventory says: no facts cached by an earlier run.
+        env={**os.environ, "ANSIBLE_CACHE_PLUGIN": "memory"},
     )
     listing = json.loads(proc.stdout)
     return listing["_meta"]["hostvars"], listing
