@@ -38,12 +38,14 @@ def timed_converge(_lab, env: dict[str, str]) -> tuple[float, int]:
 
 
 def floor_playbook(result) -> labmod.Path:
-    """A playbook with the plays of the converge, each with as many trivial tasks as the converge ran there."""
+    """A playbook with the plays of the converge, each on the same hosts with as many trivial tasks as the
+    converge ran there (its ok results per host)."""
     plays = []
-    for play, group in zip(result.plays, ("pve_hosts", "inference_containers", "inference_vms"), strict=True):
-        per_host = play.ok // max(1, len(labmod.Lab.from_inventory().groups.get(group, [])))
+    for play in result.plays:
+        per_host = play.ok // max(1, len(play.hosts))
         tasks = [{"name": f"trivial {n}", "ansible.builtin.stat": {"path": "/"}} for n in range(per_host)]
-        plays.append({"name": f"floor of {play.name}", "hosts": group, "gather_facts": False, "tasks": tasks})
+        hosts = ",".join(sorted(play.hosts))
+        plays.append({"name": f"floor of {play.name}", "hosts": hosts, "gather_facts": False, "tasks": tasks})
     path = labmod.STATE / "bench" / "floor.yml"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(plays, sort_keys=False))

@@ -528,7 +528,7 @@ def cmd_ssh(args: argparse.Namespace) -> int:
     lab = Lab.from_inventory()
     if args.host not in lab.hosts:
         raise LabError(f"no lab machine {args.host!r} (known: {', '.join(sorted(lab.hosts))})")
-    return subprocess.run([*ssh_argv(lab, args.host), *args.command], check=False).returncode
+    return subprocess.run([*ssh_argv(lab, args.host), *args.argv], check=False).returncode
 
 
 def cmd_deploy(_: argparse.Namespace) -> int:
@@ -549,7 +549,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("deploy", help="the README's deployment order, each playbook alone with a cold fact cache")
     ssh = sub.add_parser("ssh", help="a shell or a command on a lab machine, over the inventory's SSH road")
     ssh.add_argument("host")
-    ssh.add_argument("command", nargs="*")
+    ssh.add_argument("argv", nargs="*", metavar="command")
     sub.add_parser("status", help="show what runs")
     sub.add_parser("down", help="remove the lab")
     args = parser.parse_args(argv)

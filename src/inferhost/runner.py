@@ -21,6 +21,7 @@ class PlayStats:
     ok: int = 0
     changed: int = 0
     failed: int = 0
+    hosts: set[str] = field(default_factory=set)
 
 
 @dataclass
@@ -66,6 +67,8 @@ class EventPrinter:
         host = data.get("host")
         if host:
             self.result.hosts.add(host)
+            if self.result.plays:
+                self.result.plays[-1].hosts.add(host)
         if kind == "playbook_on_play_start":
             self._close_play()
             self.result.plays.append(PlayStats(name=data.get("play", ""), started=time.monotonic()))
