@@ -1,7 +1,8 @@
 """pve_host_gpu's checks, driven through pass and fail cases by checks.yml on the converged instances.
 
 Each case points the role's inputs (sysfs, procfs and modules roots, the inventory's variables) at a fake
-tree that prepare.yml built; one ansible-playbook run covers every case on every instance.
+tree that prepare.yml built; one ansible-playbook run covers every case on every instance, and one more, with
+--check, the cases of CHECK_MODE_CASES.
 """
 
 import json
@@ -16,10 +17,17 @@ SCENARIO = Path(__file__).resolve().parents[1]
 ROOT = SCENARIO.parents[1]
 
 
-@pytest.fixture(scope="module")
-def outcomes(request, tmp_path_factory):
+# Cases for task files that change the instance, run with --check: on the converged instance the repository
+# exists, so an error of a task that depends on it must stop the check run as it would stop the real one.
+# (That a check run of the whole role passes there is tests/molecule's zero-change --check step.)
+CHECK_MODE_CASES = [
+    # The repository offers 590.48.01-1 only: apt cannot install revision 9.
+    {"name": "revision_not_offered", "then": ["repository", "driver"], "pve_host_gpu_driver_package_revision": "9"},
+]
+
+
+def drive(request, out, *extra):
     hosts = [h.split("://")[-1] for h in request.config.getoption("hosts").split(",") if h]
-    out = tmp_path_factory.mktemp("checks")
     env = {**os.environ, "ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")}
     argv = [
         "ansible-playbook",
@@ -29,6 +37,7 @@ def outcomes(request, tmp_path_factory):
         "containers.podman.podman",
         "-e",
         f"checks_out={out}",
+        *extra,
         str(SCENARIO / "checks.yml"),
     ]
     proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
@@ -38,9 +47,25 @@ def outcomes(request, tmp_path_factory):
     return {h: json.loads((out / f"{h}.json").read_text()) for h in hosts}
 
 
+@pytest.fixture(scope="module")
+def outcomes(request, tmp_path_factory):
+    return drive(request, tmp_path_factory.mktemp("checks"))
+
+
+@pytest.fixture(scope="module")
+def check_mode_outcomes(request, tmp_path_factory):
+    cases = json.dumps({"cases": CHECK_MODE_CASES})
+    return drive(request, tmp_path_factory.mktemp("check_mode"), "--check", "-e", cases)
+
+
 @pytest.fixture
 def case(outcomes, host):
     return outcomes[host.backend.name]
+
+
+@pytest.fixture
+def check_case(check_mode_outcomes, host):
+    return check_mode_outcomes[host.backend.name]
 
 
 def failed(outcome, *fragments):
@@ -138,3 +163,11 @@ def test_no_reboot_without_kernel_access_even_when_allowed(case, host):
         assert "the running kernel command line lacks amd_iommu=on iommu=pt pcie_aspm=off" in outcome["reasons"]
     else:
         assert not any("command line lacks" in r for r in outcome["reasons"])
+
+
+def test_check_mode_refuses_a_pin_the_repository_cannot_install(check_case):
+    # The repository and the installed driver are there, so check mode has no excuse: what stops the real run
+    # stops the check run.
+    wanted = "no available installation candidate for nvidia-kernel-open-dkms=590.48.01-9"
+    outcome = failed(check_case["revision_not_offered"], wanted)
+    assert outcome["task"] == "driver | Install the driver at the exact version"
