@@ -49,6 +49,8 @@ def play(pve, fakepve_cafile, tmp_path):
             "pve_guest_gpu_api_password": "secret",
             "pve_guest_gpu_ca_path": fakepve_cafile,
             "pve_guest_gpu_ct_method": "devN",
+            # The "host" here is this machine, whose Python (this environment) has the API client already.
+            "pve_guest_gpu_api_packages": [],
             **role_vars,
         }
         path = tmp_path / "play.yml"
