@@ -41,6 +41,8 @@ STANDINS = ROOT / "tests" / "standin" / "install.yml"
 STANDIN_STAMP = "/opt/standin/.installed"
 STATE = ROOT / ".cache" / "lab"
 SSH_DIR = STATE / "ssh"
+# ansible.cfg's fact_caching_connection: the facts every run caches about each machine.
+FACT_CACHE = ROOT / ".cache" / "facts"
 CONTAINER_PREFIX = "inferhost-"
 # Where a Proxmox VE node keeps its cluster's CA: the lab host gets the fake API's certificate there.
 PVE_CA = "/etc/pve/pve-root-ca.pem"
@@ -210,7 +212,7 @@ def ssh_endpoint(hv: dict) -> tuple[str, int]:
     return hv["ansible_host"], int(hv.get("ansible_port", 22))
 
 
-def prepare_ssh(lab: Lab) -> str:
+def prepare_ssh(lab: Lab) -> None:
     """Keys and sshd settings for every machine, made once per lab, and the known_hosts file."""
     _keygen(SSH_DIR / "id_ed25519", "inferhost-lab")
     known = []
@@ -227,7 +229,6 @@ def prepare_ssh(lab: Lab) -> str:
         key = (hostdir / "ssh_host_ed25519_key.pub").read_text().split()[:2]
         known.append(f"[{address}]:{port} {' '.join(key)}")
     (SSH_DIR / "known_hosts").write_text("\n".join(known) + "\n")
-    return f"{len(known)} host keys, known_hosts {(SSH_DIR / 'known_hosts').relative_to(ROOT)}"
 
 
 def _ssh_volumes(host: str) -> list[str]:
@@ -306,10 +307,17 @@ def remove_containers(lab: Lab) -> None:
     """Remove the machines, and the facts cached about them: new machines start with none, as a new host does."""
     for host in sorted(lab.hosts):
         podman("rm", "-f", "-t", "2", CONTAINER_PREFIX + host, check=False)
-        (ROOT / ".cache" / "facts" / host).unlink(missing_ok=True)
+        (FACT_CACHE / host).unlink(missing_ok=True)
 
 
 # --- playbooks --------------------------------------------------------------------------------------
+
+
+def cold_fact_cache(name: str) -> Path:
+    """An empty fact cache of its own for one run, as on a controller that never saw the machines."""
+    cache = STATE / "cold-facts" / name
+    shutil.rmtree(cache, ignore_errors=True)
+    return cache
 
 
 def _playbook(
@@ -418,9 +426,10 @@ def gpu_switch_over_ssh(lab: Lab, to: str) -> str:
     return f"owner={report['owner']} changed={report.get('changed')}"
 
 
-def deploy_in_order(lab: Lab) -> list[tuple[str, float, str]]:
+def deploy_in_order(lab: Lab) -> list[tuple[str, float, str, object]]:
     """The README's first deployment, each step on its own with a cold fact cache, as a user runs it: host.yml,
-    container.yml, validate.yml on the container, gpu-switch to-vm, vm.yml, gpu-switch to-ct."""
+    container.yml, validate.yml on the container, gpu-switch to-vm, vm.yml, gpu-switch to-ct. Each step as
+    (name, seconds, note, what it returned)."""
     playbooks = ROOT / "playbooks"
     steps = [
         ("host.yml", lambda cache: _playbook(playbooks / "host.yml", fact_cache=cache)),
@@ -432,8 +441,7 @@ def deploy_in_order(lab: Lab) -> list[tuple[str, float, str]]:
     ]
     done = []
     for number, (name, run) in enumerate(steps):
-        cache = STATE / "deploy-facts" / f"{number}"
-        shutil.rmtree(cache, ignore_errors=True)
+        cache = cold_fact_cache(f"deploy-{number}")
         print(f"==> deployment order: {name} (empty fact cache)", flush=True)
         start = time.monotonic()
         result = run(cache)
@@ -553,8 +561,14 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("status", help="show what runs")
     sub.add_parser("down", help="remove the lab")
     args = parser.parse_args(argv)
-    handlers = {"up": cmd_up, "converge": cmd_converge, "deploy": cmd_deploy, "ssh": cmd_ssh, "status": cmd_status}
-    handler = {**handlers, "down": cmd_down}[args.command]
+    handler = {
+        "up": cmd_up,
+        "converge": cmd_converge,
+        "deploy": cmd_deploy,
+        "ssh": cmd_ssh,
+        "status": cmd_status,
+        "down": cmd_down,
+    }[args.command]
     os.environ.setdefault("CONTAINERS_CONF", str(ROOT / "containers.conf"))
     try:
         return handler(args)

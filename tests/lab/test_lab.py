@@ -2,8 +2,6 @@
 machines, each playbook in its own run with an empty fact cache; then site.yml and --check change nothing,
 the GPUs move to the VM and back through the playbook, and the stand-in service answers."""
 
-import shutil
-
 import pytest
 
 from inferhost import lab as labmod
@@ -72,14 +70,12 @@ def test_each_guest_play_runs_alone_with_a_cold_fact_cache(lab, deployed):
 def test_the_container_play_alone_reads_the_hosts_driver_version(lab, deployed):
     """With no cached facts of the host, the container's driver role still learns the host's version (it
     refuses to run without it): a --check of that role, the NVIDIA repository's changes shown, not made."""
-    cache = labmod.STATE / "cold-facts"
-    shutil.rmtree(cache, ignore_errors=True)
     result = labmod._playbook(
         labmod.ROOT / "playbooks" / "container.yml",
         check=True,
         extravars={"nvidia_userspace_enabled": True},
         tags="role::nvidia_userspace",
-        fact_cache=cache,
+        fact_cache=labmod.cold_fact_cache("container-alone"),
     )
     assert result.status == "successful"
 
