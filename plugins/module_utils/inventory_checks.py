@@ -1,0 +1,1215 @@
+"""Checks of the whole inventory on the controller, before any play changes anything.
+
+The validation play (playbooks/preflight.yml, action ``inferhost_preflight``) hands this module what the
+run will touch: each host's variables (as a ``HostView``), the roles each host will run and their argument
+specs. It returns ``Problem`` objects, each naming the variable, the inventory file it comes from, what was
+given, what was expected and one fix that is itself valid. Three kinds of checks:
+
+* every role's argument spec, applied up front to the variables each host sets for the roles it runs;
+* every variable with a role's prefix (or the project's ``inferhost_``) that nothing declares: refused,
+  with the closest known name, since Ansible itself ignores a misspelt variable without a word;
+* the cross-checks no single role can make (GPU addresses against each other and the host's published
+  inventory, service GPU lists against the host's GPUs, the guest's driver against the host's pin), and
+  the value checks the roles' own preflight tasks make, hoisted here so that they stop the run before the
+  first change instead of after earlier roles have run.
+
+Nothing here imports Ansible's controller code or reaches a machine: the unit tests feed it plain data.
+Secret values (``vault_*``, ``*password*``, ``*token*``, ``*api_key*``, ``*secret*``) are never rendered.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import re
+from dataclasses import dataclass, field
+
+import yaml
+
+try:  # plugins/module_utils on sys.path: the action plugin and the unit tests both put it there
+    from inference import plan as service_plan
+except ImportError:  # pragma: no cover - only without the project's module_utils
+    service_plan = None
+
+ROLE_PREFIXES = (
+    "pve_host_gpu_",
+    "pve_guest_gpu_",
+    "gpu_switch_",
+    "nvidia_userspace_",
+    "cuda_toolkit_",
+    "python_env_",
+    "source_build_",
+    "nccl_tuning_",
+    "inference_service_",
+)
+PROJECT_PREFIX = "inferhost_"
+
+# Names an inventory (or the command line) may set that no role declares: the shared data the inventory
+# hands to several roles, and the playbooks' own parameters. docs/preflight.md lists them with their use.
+INVENTORY_NAMES = {
+    "inferhost_gpus": "the host's GPUs: [{address: 0000:01:00.0, numa_node: 0}, ...] (host_vars/<host>/hardware.yml)",
+    "inferhost_host_has_swap": "whether the host runs with swap (host_vars/<host>/hardware.yml)",
+    "inferhost_cpu_vendor": "amd or intel (host_vars/<host>/hardware.yml)",
+    "inferhost_proxmox": "the Proxmox API and the two guests' ids (group_vars/all/proxmox.yml)",
+    "inferhost_nvidia_driver_version": "the one driver pin of every tier (group_vars/all/versions.yml)",
+    "inferhost_cuda_versions": "the CUDA toolkits of the guests (group_vars/all/versions.yml)",
+    "inferhost_cuda_default": "the default CUDA toolkit of the guests (group_vars/all/versions.yml)",
+    "inferhost_pve_host": "the Proxmox host a guest runs on (group_vars/inference_guests/guest.yml)",
+    "inferhost_guest_group": "playbooks/guests.yml: the group of guests to configure",
+    "inferhost_preflight_hosts": "playbooks/preflight.yml: the hosts the run will touch",
+    "inferhost_preflight_roles": "playbooks/preflight.yml: the roles each group runs",
+    "gpu_switch_to": "playbooks/gpu_switch.yml: vm or ct (-e)",
+    "gpu_switch_force": "playbooks/gpu_switch.yml: stop a guest that does not shut down in time (-e)",
+}
+
+SECRET_NAME = re.compile(r"^vault_|password|passwd|token|api_key|secret", re.I)
+SECRET_SHOWN = "(secret)"
+PCI_ADDRESS = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[01][0-9a-f]\.[0-7]$")
+DRIVER_VERSION = re.compile(r"^[0-9]{3}\.[0-9]{2,3}\.[0-9]{2,3}$")
+CUDA_VERSION = re.compile(r"^[0-9]+\.[0-9]+$")
+SHORT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+NCCL_NAME = re.compile(r"^NCCL_[A-Z0-9_]+$")
+NCCL_VALUE = re.compile(r"^[A-Za-z0-9_.,:;^=+/-]+$")
+MODULE_NAME = re.compile(r"^[a-z0-9_]+$")
+MODULE_PARAM = re.compile(r"^[A-Za-z0-9_]+$")
+VARS_EXTENSIONS = ("", ".yml", ".yaml", ".json")
+
+
+class Unset:
+    """What a HostView returns for a name the host does not set."""
+
+    def __repr__(self):
+        return "(not set)"
+
+
+UNSET = Unset()
+
+
+class TemplateFailure(Exception):
+    """A variable whose template cannot be rendered; the text is Ansible's."""
+
+
+@dataclass
+class Problem:
+    variable: str
+    given: str
+    expected: str
+    fix: str
+    hosts: list[str] = field(default_factory=list)
+    file: str | None = None
+
+    def line(self) -> str:
+        where = f"{self.file}: " if self.file else ""
+        hosts = f" ({', '.join(sorted(self.hosts))})" if self.hosts else ""
+        return f"{where}{self.variable}{hosts}: given {self.given}; expected {self.expected}. Fix: {self.fix}."
+
+
+class HostView:
+    """One host's variables as the run will see them.
+
+    names: every variable name the host has (inventory, extra vars, cached facts); get: name -> value, which
+    raises TemplateFailure when the value's template cannot be rendered; raw: name -> the value as written.
+    """
+
+    def __init__(self, name, names, get, groups=(), raw=None):
+        self.name = name
+        self.names = set(names)
+        self._get = get
+        self.raw = raw or (lambda name: "")
+        self.groups = set(groups)
+        self._cache = {}
+
+    def has(self, name):
+        return name in self.names
+
+    def value(self, name, default=UNSET):
+        if name not in self.names:
+            return default
+        if name not in self._cache:
+            try:
+                self._cache[name] = ("ok", self._get(name))
+            except TemplateFailure as exc:
+                self._cache[name] = ("error", str(exc))
+        state, value = self._cache[name]
+        if state == "error":
+            raise TemplateFailure(value)
+        return value
+
+
+# --- secrets --------------------------------------------------------------------------------------
+
+
+def is_secret_name(name) -> bool:
+    return bool(SECRET_NAME.search(str(name)))
+
+
+def mask(value):
+    """A copy of value with every secret-named key's value replaced."""
+    if isinstance(value, dict):
+        return {k: (SECRET_SHOWN if is_secret_name(k) else mask(v)) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [mask(v) for v in value]
+    return value
+
+
+def show(value, name="", secrets=(), limit=160) -> str:
+    """How a value is shown in a message: JSON-like, secrets replaced, long values cut."""
+    if is_secret_name(name):
+        return SECRET_SHOWN
+    if value is UNSET:
+        return "nothing (not set)"
+    try:
+        text = json.dumps(mask(value), default=str, sort_keys=False)
+    except (TypeError, ValueError):
+        text = repr(value)
+    for secret in secrets:
+        text = text.replace(secret, SECRET_SHOWN)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def secret_values(views) -> list[str]:
+    """Every non-trivial string that a secret-named variable of any host holds, longest first."""
+    found = set()
+
+    def collect(value, secret):
+        if isinstance(value, dict):
+            for k, v in value.items():
+                collect(v, secret or is_secret_name(k))
+        elif isinstance(value, (list, tuple)):
+            for v in value:
+                collect(v, secret)
+        elif secret and isinstance(value, str) and len(value) >= 3:
+            found.add(value)
+
+    for view in views:
+        for name in view.names:
+            if not (is_secret_name(name) or name.startswith((PROJECT_PREFIX, *ROLE_PREFIXES))):
+                continue
+            try:
+                collect(view.value(name), is_secret_name(name))
+            except TemplateFailure:
+                continue
+    return sorted(found, key=len, reverse=True)
+
+
+# --- the inventory's files ------------------------------------------------------------------------
+
+
+class _Loader(yaml.SafeLoader):
+    """YAML as Ansible reads inventory files: !vault and !unsafe values are opaque strings here."""
+
+
+def _opaque(loader, suffix, node):
+    return "" if isinstance(node, yaml.ScalarNode) else None
+
+
+_Loader.add_multi_constructor("!", _opaque)
+
+
+def load_yaml(path):
+    """The file's data; raises ValueError naming the file, the line and the column on a YAML error."""
+    with open(path, encoding="utf-8") as handle:
+        text = handle.read()
+    try:
+        return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"{relative(path)}:{mark.line + 1}:{mark.column + 1}" if mark else relative(path)
+        raise ValueError(f"{where}: YAML error: {exc.problem or exc.context}") from None
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{relative(path)}: YAML error: {exc}") from None
+
+
+def relative(path) -> str:
+    path = os.path.abspath(path)
+    rel = os.path.relpath(path)
+    return path if rel.startswith("..") else rel
+
+
+def _vars_files(directory, entity):
+    """The files Ansible reads for an entity under group_vars/ or host_vars/: <entity>[.yml] or <entity>/**."""
+    out = []
+    for ext in VARS_EXTENSIONS:
+        candidate = os.path.join(directory, entity + ext)
+        if os.path.isfile(candidate):
+            out.append(candidate)
+    folder = os.path.join(directory, entity)
+    if os.path.isdir(folder):
+        for root, dirs, files in os.walk(folder):
+            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+            out += [
+                os.path.join(root, f)
+                for f in sorted(files)
+                if not f.startswith(".") and os.path.splitext(f)[1] in VARS_EXTENSIONS
+            ]
+    return out
+
+
+def inventory_dirs(sources):
+    """The directories an inventory's group_vars/ and host_vars/ live in, from the inventory sources."""
+    out = []
+    for source in sources or []:
+        if "," in str(source) and not os.path.exists(source):
+            continue  # a host list such as "a,b,"
+        directory = source if os.path.isdir(source) else os.path.dirname(os.path.abspath(source))
+        if directory not in out:
+            out.append(directory)
+    return out
+
+
+def yaml_errors(directories) -> list[str]:
+    """Every YAML error in the inventory files (hosts files, group_vars, host_vars), with file and line."""
+    errors = []
+    for directory in directories:
+        paths = [os.path.join(directory, f) for f in sorted(os.listdir(directory)) if f.endswith((".yml", ".yaml"))]
+        for kind in ("group_vars", "host_vars"):
+            sub = os.path.join(directory, kind)
+            if os.path.isdir(sub):
+                for entry in sorted(os.listdir(sub)):
+                    paths += _vars_files(
+                        sub, os.path.splitext(entry)[0] if os.path.isfile(os.path.join(sub, entry)) else entry
+                    )
+        for path in dict.fromkeys(paths):
+            try:
+                load_yaml(path)
+            except ValueError as exc:
+                errors.append(str(exc))
+    return errors
+
+
+class VariableFiles:
+    """Which inventory file sets a variable for a host (the most specific one wins, as in Ansible)."""
+
+    def __init__(self, directories):
+        self.directories = directories
+        self._cache = {}
+
+    def _keys(self, kind, entity):
+        key = (kind, entity)
+        if key not in self._cache:
+            found = {}
+            for directory in self.directories:
+                for path in _vars_files(os.path.join(directory, kind), entity):
+                    try:
+                        data = load_yaml(path)
+                    except ValueError:
+                        continue
+                    if isinstance(data, dict):
+                        for name in data:
+                            found[str(name)] = relative(path)
+            self._cache[key] = found
+        return self._cache[key]
+
+    def _hosts_files(self, host):
+        found = {}
+        for directory in self.directories:
+            for entry in sorted(os.listdir(directory)):
+                path = os.path.join(directory, entry)
+                if entry.endswith((".yml", ".yaml")) and os.path.isfile(path):
+                    try:
+                        data = load_yaml(path)
+                    except ValueError:
+                        continue
+                    for name in _inline_host_vars(data, host):
+                        found[name] = relative(path)
+        return found
+
+    def file_of(self, name, host, groups):
+        """The file that sets name for host, or None (an extra var, a fact, a role default)."""
+        for entity_kind, entity in (
+            [("host_vars", host)] + [("group_vars", g) for g in groups] + [("group_vars", "all")]
+        ):
+            found = self._keys(entity_kind, entity).get(name)
+            if found:
+                return found
+        return self._hosts_files(host).get(name)
+
+
+def _inline_host_vars(data, host):
+    """Variable names set for host inside a YAML hosts file (hosts: {host: {vars}}, vars: of its groups)."""
+    names = set()
+
+    def walk(group):
+        if not isinstance(group, dict):
+            return False
+        hosts = group.get("hosts") or {}
+        here = isinstance(hosts, dict) and host in hosts
+        if here and isinstance(hosts[host], dict):
+            names.update(str(k) for k in hosts[host])
+        below = (
+            any(walk(child) for child in (group.get("children") or {}).values())
+            if isinstance(group.get("children"), dict)
+            else False
+        )
+        if (here or below) and isinstance(group.get("vars"), dict):
+            names.update(str(k) for k in group["vars"])
+        return here or below
+
+    if isinstance(data, dict):
+        for group in data.values():
+            walk(group)
+    return names
+
+
+# --- role specs -----------------------------------------------------------------------------------
+
+
+def load_role(role_dir):
+    """A role's argument spec options (main entry point) and the names its defaults and vars declare."""
+    spec_file = os.path.join(role_dir, "meta", "argument_specs.yml")
+    options = {}
+    if os.path.isfile(spec_file):
+        data = load_yaml(spec_file) or {}
+        options = ((data.get("argument_specs") or {}).get("main") or {}).get("options") or {}
+    declared = set(options)
+    for sub in ("defaults", "vars"):
+        folder = os.path.join(role_dir, sub)
+        if os.path.isdir(folder):
+            for entry in sorted(os.listdir(folder)):
+                if entry.endswith((".yml", ".yaml")):
+                    data = load_yaml(os.path.join(folder, entry))
+                    if isinstance(data, dict):
+                        declared.update(str(k) for k in data)
+    return options, declared
+
+
+def expected_of(option) -> str:
+    """What an argument spec option expects, in words."""
+    kind = option.get("type", "str")
+    text = {"str": "a string", "int": "an integer", "bool": "true or false", "list": "a list", "dict": "a mapping"}.get(
+        kind, f"a {kind}"
+    )
+    if kind == "list" and option.get("elements"):
+        text += f" of {option['elements']}s"
+    if option.get("choices"):
+        text = "one of " + ", ".join(str(c) for c in option["choices"])
+    return text
+
+
+# --- the checks -----------------------------------------------------------------------------------
+
+
+class Checker:
+    """Every check over the hosts of a run.
+
+    views: {host: HostView} of every inventory host (cross-checks read a guest's Proxmox host); targets: the
+    hosts the run touches; roles: {host: [role, ...]}; specs: {role: options}; declared: every name any role
+    declares; provided: names the playbooks set themselves (not inventory data); files: a VariableFiles;
+    validator: (options, params) -> [(option, message)], the argument spec check; known_bad: the inference
+    service role's known-bad matrix.
+    """
+
+    def __init__(
+        self, views, targets, roles, specs, declared, *, provided=(), files=None, validator=None, known_bad=()
+    ):
+        self.views = views
+        self.known_bad = list(known_bad)
+        self.targets = [h for h in targets if h in views]
+        self.roles = roles
+        self.specs = specs
+        self.known = set(declared) | set(INVENTORY_NAMES) | set(provided)
+        self.provided = set(provided)
+        self.files = files
+        self.validator = validator
+        self.secrets = secret_values(views.values())
+        self.problems: list[Problem] = []
+        self._reported = set()
+
+    # reporting
+
+    def refuse(self, host, variable, given, expected, fix, root=None):  # noqa: PLR0917 - a problem's parts, in order
+        """One problem; root is the top-level variable (for the file), variable may be a path inside it."""
+        root = root or variable.split("[")[0].split(".")[0]
+        for problem in self.problems:
+            if (problem.variable, problem.expected, problem.given) == (variable, expected, given):
+                if host not in problem.hosts:
+                    problem.hosts.append(host)
+                return
+        view = self.views.get(host)
+        file = self.files.file_of(root, host, sorted(view.groups, reverse=True)) if self.files and view else None
+        self.problems.append(Problem(variable, given, expected, fix, [host], file))
+        self._reported.add((host, root))
+
+    def shown(self, value, name=""):
+        return show(value, name, self.secrets)
+
+    def value(self, host, name, default=UNSET):
+        """The host's value of name, or default; a template that fails is reported once and gives default."""
+        view = self.views[host]
+        try:
+            return view.value(name, default)
+        except TemplateFailure as exc:
+            # A template that fails because a variable it reads was refused already is no second problem.
+            raw = str(view.raw(name))
+            causes = [r for h, r in self._reported if h == host and re.search(rf"\b{re.escape(r)}\b", raw)]
+            if (host, name) not in self._reported and not causes:
+                text = str(exc)
+                for secret in self.secrets:
+                    text = text.replace(secret, SECRET_SHOWN)
+                self.refuse(
+                    host,
+                    name,
+                    "a value whose template fails (" + text.splitlines()[0][:200] + ")",
+                    "a value the template can render",
+                    "fix the variables its template reads (reported above, if any)",
+                )
+            return default
+
+    # the checks
+
+    def run(self) -> list[Problem]:
+        for host in self.targets:
+            self.check_shared(host)
+        for host in self.targets:
+            self.check_unknown(host)
+            self.check_specs(host)
+            self.check_host_gpus(host)
+            self.check_guest(host)
+            self.check_role_values(host)
+            self.check_services(host)
+        return self.problems
+
+    def check_unknown(self, host):
+        view = self.views[host]
+        for name in sorted(view.names):
+            if name.startswith("__") or not name.startswith((PROJECT_PREFIX, *ROLE_PREFIXES)):
+                continue
+            if name in self.known:
+                continue
+            close = difflib.get_close_matches(name, sorted(self.known), n=1, cutoff=0.6)
+            fix = f"rename it to {close[0]}" if close else "remove it, or name a variable of a role (docs/roles/)"
+            self.refuse(
+                host, name, self.shown(self.value(host, name, None), name), "a variable some role declares", fix
+            )
+
+    def check_specs(self, host):
+        if self.validator is None:
+            return
+        for role in self.roles.get(host, []):
+            options = self.specs.get(role) or {}
+            params = {}
+            for name, option in options.items():
+                if name in self.provided:
+                    continue
+                value = self.value(host, name)
+                if value is not UNSET:
+                    params[name] = value
+                elif option.get("required") and option.get("default") is None:
+                    self.refuse(
+                        host,
+                        name,
+                        "nothing (not set)",
+                        expected_of(option),
+                        f"set {name} in the inventory (docs/roles/{role}.md)",
+                    )
+            checkable = {k: v for k, v in options.items() if k in params}
+            for name, said in self.validator(checkable, params):
+                option = options.get(name, {})
+                message = said
+                for secret in self.secrets:
+                    message = message.replace(secret, SECRET_SHOWN)
+                fix = f"give {name} as {expected_of(option)}"
+                if option.get("default") not in (None, "", [], {}):
+                    fix += f" (the role's default is {self.shown(option['default'])})"
+                self.refuse(host, name, self.shown(params.get(name, UNSET), name), message, fix)
+
+    def check_shared(self, host):
+        """The inventory-level data several roles read: refused here with its own name, not a role's."""
+        version = self.value(host, "inferhost_nvidia_driver_version")
+        if version is not UNSET and not DRIVER_VERSION.match(str(version)):
+            self.refuse(
+                host,
+                "inferhost_nvidia_driver_version",
+                self.shown(version),
+                "a driver version such as 590.48.01 (branch.minor.patch, as a string)",
+                'quote the exact version: inferhost_nvidia_driver_version: "590.48.01"',
+            )
+        cudas = self.value(host, "inferhost_cuda_versions")
+        if cudas is not UNSET:
+            self._check_cuda(host, "inferhost_cuda_versions", cudas, "inferhost_cuda_default")
+        gpus = self.value(host, "inferhost_gpus")
+        if gpus is not UNSET:
+            self._check_gpu_list(host, "inferhost_gpus", gpus)
+        proxmox = self.value(host, "inferhost_proxmox")
+        if proxmox is not UNSET:
+            self._check_proxmox(host, proxmox)
+        pve = self.value(host, "inferhost_pve_host")
+        if pve is not UNSET and pve not in self.views:
+            hosts = sorted(h for h, v in self.views.items() if "pve_hosts" in v.groups) or sorted(self.views)
+            close = difflib.get_close_matches(str(pve), hosts, n=1, cutoff=0.0)
+            self.refuse(
+                host,
+                "inferhost_pve_host",
+                self.shown(pve),
+                f"a host of the inventory ({', '.join(hosts)})",
+                f"inferhost_pve_host: {close[0] if close else hosts[0]}",
+            )
+        vendor = self.value(host, "inferhost_cpu_vendor")
+        if vendor is not UNSET and vendor not in ("amd", "intel", "auto"):
+            self.refuse(
+                host, "inferhost_cpu_vendor", self.shown(vendor), "amd, intel or auto", "inferhost_cpu_vendor: auto"
+            )
+        swap = self.value(host, "inferhost_host_has_swap")
+        if swap is not UNSET and not isinstance(swap, bool):
+            self.refuse(
+                host,
+                "inferhost_host_has_swap",
+                self.shown(swap),
+                "true or false",
+                "inferhost_host_has_swap: false (or true when the host has swap)",
+            )
+
+    def _check_cuda(self, host, name, versions, default_name):
+        if not isinstance(versions, list) or not all(isinstance(v, str) and CUDA_VERSION.match(v) for v in versions):
+            self.refuse(
+                host,
+                name,
+                self.shown(versions),
+                'a list of quoted X.Y versions such as ["12.8", "13.0"] (unquoted, 13.0 is the number 13)',
+                f'{name}: ["12.8", "13.0"]',
+            )
+            return
+        if len(set(versions)) != len(versions):
+            self.refuse(
+                host, name, self.shown(versions), "distinct versions", f"{name}: {json.dumps(sorted(set(versions)))}"
+            )
+        default = self.value(host, default_name)
+        if default not in (UNSET, "") and default not in versions:
+            self.refuse(
+                host,
+                default_name,
+                self.shown(default),
+                f"one of {name} ({', '.join(versions)}) or empty",
+                f'{default_name}: "{versions[-1]}"' if versions else f'{default_name}: ""',
+            )
+
+    def _check_gpu_list(self, host, name, gpus):
+        example = '[{address: "0000:01:00.0", numa_node: 0}, ...], one entry per GPU (lspci -D -d 10de:)'
+        if not isinstance(gpus, list) or not all(isinstance(g, dict) for g in gpus):
+            kind = _kind(gpus) if not isinstance(gpus, list) else "a list with entries that are not mappings"
+            self.refuse(
+                host,
+                name,
+                f"{self.shown(gpus)} ({kind})",
+                f"a list of mappings {example}",
+                f"write {name} as {example}",
+            )
+            return
+        seen = {}
+        for index, gpu in enumerate(gpus):
+            address = str(gpu.get("address", ""))
+            if not PCI_ADDRESS.match(address):
+                self.refuse(
+                    host,
+                    f"{name}[{index}].address",
+                    self.shown(gpu.get("address", UNSET)),
+                    "the PCI address of the GPU's first function, such as 0000:01:00.0 (lower-case hex)",
+                    f"copy the address from `lspci -D -d 10de:` on {host}",
+                    root=name,
+                )
+            elif address in seen:
+                self.refuse(
+                    host,
+                    f"{name}[{index}].address",
+                    self.shown(address),
+                    f"each GPU once (entry {seen[address]} already names {address})",
+                    f"remove entry {index}, or give it the address of another GPU from `lspci -D -d 10de:`",
+                    root=name,
+                )
+            else:
+                seen[address] = index
+            numa = gpu.get("numa_node", 0)
+            if isinstance(numa, bool) or not isinstance(numa, int) or numa < -1:
+                self.refuse(
+                    host,
+                    f"{name}[{index}].numa_node",
+                    self.shown(numa),
+                    "the GPU's NUMA node as a number (0, 1, ...)",
+                    f"cat /sys/bus/pci/devices/{address or '<address>'}/numa_node on {host}",
+                    root=name,
+                )
+        published = self._published_gpus(host)
+        if published:
+            missing = [a for a in seen if a not in published]
+            for address in missing:
+                self.refuse(
+                    host,
+                    f"{name}[{seen[address]}].address",
+                    self.shown(address),
+                    f"a GPU the host has (its published inventory: {', '.join(sorted(published))})",
+                    f"use one of {', '.join(sorted(a for a in published if a not in seen) or sorted(published))}",
+                    root=name,
+                )
+
+    def _published_gpus(self, host):
+        """The addresses in the host's published GPU facts (role pve_host_gpu), when a run cached them."""
+        facts = self.value(host, "ansible_local", {})
+        gpus = ((facts or {}).get("inferhost_gpus") or {}).get("gpus") if isinstance(facts, dict) else None
+        if not isinstance(gpus, list):
+            return set()
+        return {str(g.get("address")) for g in gpus if isinstance(g, dict) and g.get("address")}
+
+    def _check_proxmox(self, host, proxmox):
+        if not isinstance(proxmox, dict):
+            self.refuse(
+                host,
+                "inferhost_proxmox",
+                self.shown(proxmox),
+                "a mapping (api_host, api_user, api_password, node, container_vmid, vm_vmid, ...)",
+                "copy group_vars/all/proxmox.yml from inventory/example and set its CHANGE lines",
+            )
+            return
+        for key in ("container_vmid", "vm_vmid"):
+            value = proxmox.get(key)
+            if not _int_like(value) or int(value) < 100:
+                self.refuse(
+                    host,
+                    f"inferhost_proxmox.{key}",
+                    self.shown(value if key in proxmox else UNSET),
+                    "a guest id of at least 100",
+                    f"inferhost_proxmox.{key}: the id `pct list` / `qm list` shows on the host",
+                )
+        ct, vm = proxmox.get("container_vmid"), proxmox.get("vm_vmid")
+        if _int_like(ct) and _int_like(vm) and int(ct) == int(vm):
+            self.refuse(
+                host,
+                "inferhost_proxmox.vm_vmid",
+                self.shown(vm),
+                f"the VM's id, not the container's ({ct})",
+                "inferhost_proxmox.vm_vmid: the VM's id from `qm list` on the host",
+            )
+        if not proxmox.get("node"):
+            self.refuse(
+                host,
+                "inferhost_proxmox.node",
+                self.shown(proxmox.get("node", UNSET)),
+                "the node name (`hostname` of the Proxmox host)",
+                "inferhost_proxmox.node: the output of `hostname` on the host",
+            )
+
+    def check_host_gpus(self, host):
+        """The GPU addresses each host role is given: well-formed, each once, and GPUs of this host."""
+        inventory = self._addresses(host)
+        for name in ("pve_host_gpu_addresses", "gpu_switch_gpus"):
+            value = self.value(host, name)
+            if value is UNSET:
+                continue
+            if not isinstance(value, list) or not all(isinstance(a, str) for a in value):
+                self.refuse(
+                    host,
+                    name,
+                    self.shown(value),
+                    "a list of PCI addresses (0000:01:00.0)",
+                    f"{name}: {json.dumps(inventory or ['0000:01:00.0'])}",
+                )
+                continue
+            seen = set()
+            for index, address in enumerate(value):
+                if not PCI_ADDRESS.match(address.lower() if len(address) == 12 else address):
+                    self.refuse(
+                        host,
+                        f"{name}[{index}]",
+                        self.shown(address),
+                        "a PCI address such as 0000:01:00.0",
+                        "copy it from `lspci -D -d 10de:`",
+                        root=name,
+                    )
+                elif address in seen:
+                    self.refuse(
+                        host,
+                        f"{name}[{index}]",
+                        self.shown(address),
+                        "each GPU once",
+                        f"remove entry {index} of {name}",
+                        root=name,
+                    )
+                elif inventory and address not in inventory:
+                    self.refuse(
+                        host,
+                        f"{name}[{index}]",
+                        self.shown(address),
+                        f"one of the host's GPUs in inferhost_gpus ({', '.join(inventory)})",
+                        f"add the GPU to inferhost_gpus, or remove {address} from {name}",
+                        root=name,
+                    )
+                seen.add(address)
+
+    def _addresses(self, host):
+        gpus = self.value(host, "inferhost_gpus", [])
+        if not isinstance(gpus, list):
+            return []
+        return [str(g.get("address")) for g in gpus if isinstance(g, dict) and g.get("address")]
+
+    def check_guest(self, host):
+        """A guest against its Proxmox host: the container's driver userspace must be the host's pin."""
+        pve = self.value(host, "inferhost_pve_host")
+        if pve is UNSET or pve not in self.views:
+            return
+        guest_version = self.value(host, "nvidia_userspace_version")
+        host_version = self.value(pve, "pve_host_gpu_driver_version")
+        container = "inference_containers" in self.views[host].groups
+        if (
+            container
+            and guest_version is not UNSET
+            and host_version is not UNSET
+            and str(guest_version) != str(host_version)
+        ):
+            self.refuse(
+                host,
+                "nvidia_userspace_version",
+                self.shown(guest_version),
+                f"the driver version of its Proxmox host {pve} (pve_host_gpu_driver_version {host_version}): a "
+                "container shares the host's kernel module",
+                'set both from the one pin: nvidia_userspace_version: "{{ inferhost_nvidia_driver_version }}"',
+            )
+
+    def check_role_values(self, host):
+        """What the roles' preflight tasks check of values alone, before the first role runs."""
+        roles = set(self.roles.get(host, []))
+        if "source_build" in roles:
+            self._check_source_build(host)
+        if "nccl_tuning" in roles:
+            self._check_nccl(host)
+        if "python_env" in roles:
+            self._check_python_env(host)
+        if "cuda_toolkit" in roles:
+            versions = self.value(host, "cuda_toolkit_versions", [])
+            self._check_cuda(host, "cuda_toolkit_versions", versions, "cuda_toolkit_default")
+        if "pve_host_gpu" in roles:
+            self._check_pve_host_gpu(host)
+        if "gpu_switch" in roles:
+            self._check_gpu_switch(host)
+        if "pve_guest_gpu" in roles:
+            self._check_pve_guest_gpu(host)
+
+    def _positive(self, host, name, minimum, fix_value, what):
+        value = self.value(host, name)
+        if value is UNSET:
+            return
+        if isinstance(value, bool) or not _int_like(value) or int(value) < minimum:
+            self.refuse(host, name, self.shown(value), f"{what} (at least {minimum})", f"{name}: {fix_value}")
+
+    def _check_source_build(self, host):
+        self._positive(host, "source_build_max_jobs", 1, 20, "a number of parallel compiler jobs")
+        self._positive(host, "source_build_memory_reserve_gb", 0, 32, "gigabytes kept free")
+        self._positive(host, "source_build_timeout", 1, 36000, "seconds a build may take")
+        self._positive(host, "source_build_poll_interval", 1, 60, "seconds between progress lines")
+        builds = self.value(host, "source_build_builds", [])
+        if not isinstance(builds, list):
+            return
+        names = []
+        for index, build in enumerate(builds):
+            if not isinstance(build, dict):
+                continue
+            label = f"source_build_builds[{index}]"
+            name = build.get("name")
+            names.append(name)
+            rules = [
+                ("name", SHORT_NAME.match(str(name or "")), "letters, digits and _.- only", "flash-attn"),
+                ("target", str(build.get("target") or "").startswith("/"), "an absolute path", "/opt/venvs/<env>"),
+                ("gb_per_thread", _number(build.get("gb_per_thread")) > 0, "a number above 0", 5),
+                (
+                    "threads_per_job",
+                    _int_like(build.get("threads_per_job", 1)) and int(build.get("threads_per_job", 1)) >= 1,
+                    "at least 1",
+                    1,
+                ),
+                (
+                    "max_jobs",
+                    _int_like(build.get("max_jobs", 1)) and int(build.get("max_jobs", 1)) >= 1,
+                    "at least 1",
+                    8,
+                ),
+                (
+                    "cuda_home",
+                    not build.get("cuda_home") or str(build["cuda_home"]).startswith("/"),
+                    "an absolute path or nothing",
+                    "/usr/local/cuda-13.0",
+                ),
+                (
+                    "subdirectory",
+                    not re.match(r"^/|(^|.*/)\.\.(/|$)", str(build.get("subdirectory") or "")),
+                    "a relative path inside the repository",
+                    "sgl-kernel",
+                ),
+            ]
+            for key, ok, expected, example in rules:
+                if not ok:
+                    self.refuse(
+                        host,
+                        f"{label}.{key}",
+                        self.shown(build.get(key, UNSET)),
+                        expected,
+                        f"{key}: {example}",
+                        root="source_build_builds",
+                    )
+            for pindex, patch in enumerate(build.get("patches") or []):
+                if isinstance(patch, dict) and "diff" not in patch:
+                    self.refuse(
+                        host,
+                        f"{label}.patches[{pindex}].diff",
+                        "nothing (not set)",
+                        "the patch as a unified diff",
+                        "add diff: | with the patch",
+                        root="source_build_builds",
+                    )
+        self._unique(host, "source_build_builds", names, "name")
+
+    def _unique(self, host, name, values, key):
+        seen = set()
+        for index, value in enumerate(values):
+            if value in seen:
+                self.refuse(
+                    host,
+                    f"{name}[{index}].{key}",
+                    self.shown(value),
+                    f"a {key} no other entry has",
+                    f"rename or remove entry {index}",
+                    root=name,
+                )
+            seen.add(value)
+
+    def _check_nccl(self, host):
+        settings = self.value(host, "nccl_tuning_settings", [])
+        if not isinstance(settings, list):
+            return
+        names = []
+        for index, setting in enumerate(settings):
+            if not isinstance(setting, dict):
+                continue
+            label = f"nccl_tuning_settings[{index}]"
+            names.append(setting.get("name"))
+            if not NCCL_NAME.match(str(setting.get("name", ""))):
+                self.refuse(
+                    host,
+                    f"{label}.name",
+                    self.shown(setting.get("name", UNSET)),
+                    "an NCCL variable name (NCCL_[A-Z0-9_]+)",
+                    "name: NCCL_P2P_LEVEL",
+                    root="nccl_tuning_settings",
+                )
+            if not NCCL_VALUE.match(str(setting.get("value", ""))):
+                self.refuse(
+                    host,
+                    f"{label}.value",
+                    self.shown(setting.get("value", UNSET)),
+                    "a non-empty value of letters, digits and _.,:;^=+/-",
+                    'value: "SYS"',
+                    root="nccl_tuning_settings",
+                )
+            if not str(setting.get("reason", "")).strip():
+                self.refuse(
+                    host,
+                    f"{label}.reason",
+                    self.shown(setting.get("reason", UNSET)),
+                    "why the setting is pinned",
+                    "reason: <what it fixes, and where that was measured>",
+                    root="nccl_tuning_settings",
+                )
+        self._unique(host, "nccl_tuning_settings", names, "name")
+
+    def _check_python_env(self, host):
+        envs = self.value(host, "python_env_environments", [])
+        if isinstance(envs, list):
+            for index, env in enumerate(envs):
+                if not isinstance(env, dict):
+                    continue
+                label = f"python_env_environments[{index}]"
+                if not SHORT_NAME.match(str(env.get("name", ""))):
+                    self.refuse(
+                        host,
+                        f"{label}.name",
+                        self.shown(env.get("name", UNSET)),
+                        "letters, digits and _.- only",
+                        "name: sglang",
+                        root="python_env_environments",
+                    )
+                path = str(env.get("path", ""))
+                if not path.startswith("/") or not path.strip("/"):
+                    self.refuse(
+                        host,
+                        f"{label}.path",
+                        self.shown(env.get("path", UNSET)),
+                        "an absolute path other than /",
+                        "path: /opt/venvs/<name>",
+                        root="python_env_environments",
+                    )
+                steps = env.get("steps") or []
+                if not steps or any(not (isinstance(s, dict) and s.get("packages")) for s in steps):
+                    self.refuse(
+                        host,
+                        f"{label}.steps",
+                        self.shown(steps),
+                        "at least one step, each with packages",
+                        "steps: [{name: ..., packages: [...]}]",
+                        root="python_env_environments",
+                    )
+            dicts = [e for e in envs if isinstance(e, dict)]
+            self._unique(host, "python_env_environments", [e.get("name") for e in dicts], "name")
+            self._unique(host, "python_env_environments", [e.get("path") for e in dicts], "path")
+        if self.value(host, "python_env_uv_install", None) == "copy" and not self.value(host, "python_env_uv_src", ""):
+            self.refuse(
+                host,
+                "python_env_uv_src",
+                "nothing (not set)",
+                "the controller path of a uv binary when python_env_uv_install is copy",
+                "python_env_uv_src: /path/to/uv",
+            )
+
+    def _check_pve_host_gpu(self, host):
+        version = self.value(host, "pve_host_gpu_driver_version")
+        if version is not UNSET and not DRIVER_VERSION.match(str(version)):
+            self.refuse(
+                host,
+                "pve_host_gpu_driver_version",
+                self.shown(version),
+                "a driver version such as 590.48.01",
+                'pve_host_gpu_driver_version: "{{ inferhost_nvidia_driver_version }}"',
+            )
+        options = self.value(host, "pve_host_gpu_module_options", {})
+        if isinstance(options, dict):
+            for module, params in options.items():
+                ok = (
+                    MODULE_NAME.match(str(module))
+                    and isinstance(params, dict)
+                    and all(MODULE_PARAM.match(str(k)) and not re.search(r'["\n]', str(v)) for k, v in params.items())
+                )
+                if not ok:
+                    self.refuse(
+                        host,
+                        f"pve_host_gpu_module_options.{module}",
+                        self.shown(params),
+                        "a mapping of parameter names (letters, digits, _) to values without quotes or newlines",
+                        "nvidia_uvm: {uvm_disable_hmm: 1}",
+                        root="pve_host_gpu_module_options",
+                    )
+
+    def _check_gpu_switch(self, host):
+        ct, vm = self.value(host, "gpu_switch_container_vmid"), self.value(host, "gpu_switch_vm_vmid")
+        for name, value in (("gpu_switch_container_vmid", ct), ("gpu_switch_vm_vmid", vm)):
+            if value is not UNSET and (not _int_like(value) or int(value) < 100):
+                self.refuse(
+                    host,
+                    name,
+                    self.shown(value),
+                    "a guest id of at least 100",
+                    f"{name}: the id from `pct list` / `qm list`",
+                )
+        if _int_like(ct) and _int_like(vm) and int(ct) == int(vm):
+            self.refuse(
+                host,
+                "gpu_switch_vm_vmid",
+                self.shown(vm),
+                f"the VM's id, not the container's ({ct})",
+                "gpu_switch_vm_vmid: the VM's id from `qm list`",
+            )
+        simulated = (
+            _int_like(self.value(host, "gpu_switch_simulated_gpus", 0))
+            and int(self.value(host, "gpu_switch_simulated_gpus", 0)) > 0
+        )
+        gpus = self.value(host, "gpu_switch_gpus", [])
+        match = self.value(host, "gpu_switch_gpu_match", {})
+        if not simulated and bool(gpus) == bool(match):
+            self.refuse(
+                host,
+                "gpu_switch_gpus",
+                self.shown(gpus),
+                "the GPUs named one way: gpu_switch_gpus or gpu_switch_gpu_match, exactly one",
+                "gpu_switch_gpus: \"{{ inferhost_gpus | map(attribute='address') | list }}\", no gpu_switch_gpu_match",
+            )
+        if self.value(host, "gpu_switch_proxmox_token_name", "") in ("", None):
+            self._password(host, "gpu_switch_proxmox_password")
+        attach = self.value(host, "gpu_switch_attach_hookscripts", True)
+        user = self.value(host, "gpu_switch_proxmox_user", "root@pam")
+        token = self.value(host, "gpu_switch_proxmox_token_name", "")
+        if attach is True and (user != "root@pam" or token):
+            self.refuse(
+                host,
+                "gpu_switch_proxmox_user",
+                self.shown(user),
+                "root@pam with a password (only root@pam may set hookscripts, devN and raw hostpciN)",
+                "gpu_switch_proxmox_user: root@pam and no gpu_switch_proxmox_token_name",
+            )
+
+    def _check_pve_guest_gpu(self, host):
+        containers = self.value(host, "pve_guest_gpu_containers", [])
+        vms = self.value(host, "pve_guest_gpu_vms", [])
+        gpus = self.value(host, "pve_guest_gpu_gpus", [])
+        known = set()
+        if isinstance(gpus, list):
+            addresses = [str(g.get("address")) for g in gpus if isinstance(g, dict)]
+            known = set(addresses) | {str(g.get("slot")) for g in gpus if isinstance(g, dict) and g.get("slot")}
+            self._unique(host, "pve_guest_gpu_gpus", addresses, "address")
+        for name, guests in (("pve_guest_gpu_containers", containers), ("pve_guest_gpu_vms", vms)):
+            if not isinstance(guests, list):
+                continue
+            for index, guest in enumerate(guests):
+                if not isinstance(guest, dict):
+                    continue
+                vmid = str(guest.get("vmid", ""))
+                if not re.match(r"^[1-9][0-9]{2,8}$", vmid):
+                    self.refuse(
+                        host,
+                        f"{name}[{index}].vmid",
+                        self.shown(guest.get("vmid", UNSET)),
+                        "a guest id (100 to 999999999)",
+                        "vmid: the id from `pct list` / `qm list`",
+                        root=name,
+                    )
+                asked = guest.get("gpus", "all")
+                if asked == "all":
+                    continue
+                if not isinstance(asked, list):
+                    self.refuse(
+                        host,
+                        f"{name}[{index}].gpus",
+                        self.shown(asked),
+                        "all, or a list of this host's GPU addresses",
+                        "gpus: all",
+                        root=name,
+                    )
+                    continue
+                unknown = [a for a in asked if known and str(a) not in known]
+                if unknown:
+                    self.refuse(
+                        host,
+                        f"{name}[{index}].gpus",
+                        self.shown(asked),
+                        f"GPUs of this host ({', '.join(sorted(known))})",
+                        "gpus: all",
+                        root=name,
+                    )
+        backend = self.value(host, "pve_guest_gpu_api_backend", "https")
+        token = self.value(host, "pve_guest_gpu_api_token_id", "")
+        if (containers or vms) and backend == "https" and not token:
+            self._password(host, "pve_guest_gpu_api_password")
+
+    def _password(self, host, name):
+        """A password the role sends to the Proxmox API: it must be there (its value is never shown)."""
+        if self.value(host, name, "") in ("", None):
+            self.refuse(
+                host,
+                name,
+                "nothing (empty)",
+                "root@pam's password for the Proxmox API",
+                "put vault_proxmox_password in an encrypted inventory/<site>/group_vars/all/vault.yml "
+                "(ansible-vault create; README, Secrets), or export PROXMOX_PASSWORD",
+            )
+
+    def check_services(self, host):
+        if "inference_service" not in self.roles.get(host, []):
+            return
+        services = self.value(host, "inference_service_services", [])
+        active = self.value(host, "inference_service_active", "")
+        if not isinstance(services, list):
+            return
+        count = self._gpu_count(host)
+        names = []
+        for index, service in enumerate(services):
+            if not isinstance(service, dict):
+                continue
+            name = service.get("name")
+            names.append(name)
+            label = f"inference_service_services[{index}]"
+            gpus = service.get("gpus")
+            if not isinstance(gpus, list) or any(isinstance(g, bool) or not isinstance(g, int) for g in gpus):
+                example = list(range(min(len(gpus) if isinstance(gpus, list) else 2, count or 8) or 1))
+                self.refuse(
+                    host,
+                    f"{label}.gpus",
+                    self.shown(gpus if gpus is not None else UNSET),
+                    "a YAML list of GPU indices (integers), such as [0, 1]; a string is not a list",
+                    f"gpus: {json.dumps(example)}",
+                    root="inference_service_services",
+                )
+                continue
+            if service_plan is None:
+                continue
+            refusals = service_plan.check_service_data(service, count or None)
+            refusals += service_plan.check_kv_cache(service)
+            rules = self._known_bad(host, service)
+            if rules:
+                refusals += service_plan.check_known_bad(
+                    service, rules, self._capability(host), service.get("engine_version")
+                )[0]
+            for refusal in refusals:
+                field_name = refusal["id"] if refusal["check"] == "service" else refusal["check"]
+                self.refuse(
+                    host,
+                    f"{label}.{field_name}",
+                    f"service {name}: {refusal['reason']}",
+                    "a service the role can run",
+                    refusal["fix"],
+                    root="inference_service_services",
+                )
+        self._unique(host, "inference_service_services", names, "name")
+        if active not in (UNSET, "") and active not in names:
+            close = difflib.get_close_matches(str(active), [str(n) for n in names], n=1, cutoff=0.0)
+            self.refuse(
+                host,
+                "inference_service_active",
+                self.shown(active),
+                f'the name of one of inference_service_services ({", ".join(str(n) for n in names) or "none"}) or ""',
+                f"inference_service_active: {close[0]}" if close else 'inference_service_active: ""',
+            )
+
+    def _gpu_count(self, host):
+        """The GPUs a guest's services may index: its Proxmox host's inventory, else the hardware's gpu_count."""
+        pve = self.value(host, "inferhost_pve_host", None)
+        if pve in self.views:
+            addresses = self._addresses(pve)
+            if addresses:
+                return len(addresses)
+        hardware = self.value(host, "inference_service_hardware", {})
+        count = hardware.get("gpu_count") if isinstance(hardware, dict) else None
+        return int(count) if _int_like(count) else 0
+
+    def _capability(self, host):
+        hardware = self.value(host, "inference_service_hardware", {})
+        return hardware.get("compute_capability") if isinstance(hardware, dict) else None
+
+    def _known_bad(self, host, service):
+        """The known-bad rules that hold without the installed engine version (the role checks the others)."""
+        rules = list(self.known_bad) + list(self.value(host, "inference_service_known_bad_extra", []) or [])
+        return [
+            r
+            for r in rules
+            if isinstance(r, dict) and (not r.get("engine_version_below") or service.get("engine_version"))
+        ]
+
+
+def _kind(value) -> str:
+    for kind, words in (
+        (bool, "true/false"),
+        (str, "a string"),
+        (int, "a number"),
+        (float, "a number"),
+        (dict, "a mapping"),
+    ):
+        if isinstance(value, kind):
+            return words
+    return type(value).__name__
+
+
+def _int_like(value) -> bool:
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return True
+    return isinstance(value, str) and re.fullmatch(r"-?[0-9]+", value.strip()) is not None
+
+
+def _number(value) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return 0.0
+
+
+def report(problems) -> str:
+    """The refusal as the play prints it."""
+    count = f"{len(problems)} problem{'s' if len(problems) != 1 else ''}"
+    lines = [f"The inventory has {count}; nothing was changed on any host."]
+    lines += [f"- {p.line()}" for p in problems]
+    return "\n".join(lines)
