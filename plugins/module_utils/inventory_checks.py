@@ -415,12 +415,18 @@ class Checker:
         self.secrets = secret_values(views.values())
         self.problems: list[Problem] = []
         self._reported = set()
+        # (host, variable) whose template failed: nothing more is said about them (the cause is reported).
+        self._failed = set()
+        # Names offered as the fix of a misspelt one: a template reading them fails for that reason alone.
+        self._suggested = set()
 
     # reporting
 
     def refuse(self, host, variable, given, expected, fix, root=None):  # noqa: PLR0917 - a problem's parts, in order
         """One problem; root is the top-level variable (for the file), variable may be a path inside it."""
         root = root or variable.split("[")[0].split(".")[0]
+        if (host, root) in self._failed:
+            return
         for problem in self.problems:
             if (problem.variable, problem.expected, problem.given) == (variable, expected, given):
                 if host not in problem.hosts:
@@ -442,7 +448,8 @@ class Checker:
         except TemplateFailure as exc:
             # A template that fails because a variable it reads was refused already is no second problem.
             raw = str(view.raw(name))
-            causes = [r for h, r in self._reported if h == host and re.search(rf"\b{re.escape(r)}\b", raw)]
+            reported = {r for h, r in self._reported if h == host} | self._suggested
+            causes = [r for r in reported if re.search(rf"\b{re.escape(r)}\b", raw)]
             if (host, name) not in self._reported and not causes:
                 text = str(exc)
                 for secret in self.secrets:
@@ -452,17 +459,20 @@ class Checker:
                     name,
                     "a value whose template fails (" + text.splitlines()[0][:200] + ")",
                     "a value the template can render",
-                    "fix the variables its template reads (reported above, if any)",
+                    "fix the variables its template reads",
                 )
+            self._failed.add((host, name))
             return default
 
     # the checks
 
     def run(self) -> list[Problem]:
+        # Misspelt names and the shared data first: what fails because of them is not reported again.
+        for host in self.targets:
+            self.check_unknown(host)
         for host in self.targets:
             self.check_shared(host)
         for host in self.targets:
-            self.check_unknown(host)
             self.check_specs(host)
             self.check_host_gpus(host)
             self.check_guest(host)
@@ -478,6 +488,7 @@ class Checker:
             if name in self.known:
                 continue
             close = difflib.get_close_matches(name, sorted(self.known), n=1, cutoff=0.6)
+            self._suggested.update(close)
             fix = f"rename it to {close[0]}" if close else "remove it, or name a variable of a role (docs/roles/)"
             self.refuse(
                 host, name, self.shown(self.value(host, name, None), name), "a variable some role declares", fix
@@ -509,10 +520,31 @@ class Checker:
                 message = said
                 for secret in self.secrets:
                     message = message.replace(secret, SECRET_SHOWN)
-                fix = f"give {name} as {expected_of(option)}"
-                if option.get("default") not in (None, "", [], {}):
-                    fix += f" (the role's default is {self.shown(option['default'])})"
-                self.refuse(host, name, self.shown(params.get(name, UNSET), name), message, fix)
+                expected, fix = self._spec_words(name, option, message)
+                self.refuse(host, name, self.shown(params.get(name, UNSET), name), expected, fix)
+
+    @staticmethod
+    def _spec_words(name, option, message):
+        """What a failed argument spec check expected, and the fix, for the option or the field inside it."""
+        inner = re.search(r"(?:value of|option) '?([A-Za-z0-9_]+)'? .*found in '?([A-Za-z0-9_]+)", message)
+        if inner and inner.group(2) == name:
+            field_name = inner.group(1)
+            sub = _find_option(option.get("options") or {}, field_name) or {}
+            choices = re.search(r"must be one of: (.*?), got:", message)
+            expected = f"{field_name} {'one of ' + choices.group(1) if choices else expected_of(sub)} in each entry"
+            fix = (
+                f"{field_name}: {choices.group(1).split(',')[0].strip()}"
+                if choices
+                else f"give {field_name} as {expected_of(sub)}"
+            )
+            return expected, fix
+        if "missing required" in message:
+            return message, f"add the missing field to each entry of {name} (docs/roles/)"
+        expected = expected_of(option) if "convert" in message or "must be one of" in message else message
+        fix = f"give {name} as {expected_of(option)}"
+        if option.get("default") not in (None, "", [], {}):
+            fix += f" (the role's default is {show(option['default'])})"
+        return expected, fix
 
     def check_shared(self, host):
         """The inventory-level data several roles read: refused here with its own name, not a role's."""
@@ -1124,7 +1156,7 @@ class Checker:
                     root="inference_service_services",
                 )
                 continue
-            if service_plan is None:
+            if service_plan is None or (host, "inference_service_services") in self._reported:
                 continue
             refusals = service_plan.check_service_data(service, count or None)
             refusals += service_plan.check_kv_cache(service)
@@ -1177,6 +1209,17 @@ class Checker:
             for r in rules
             if isinstance(r, dict) and (not r.get("engine_version_below") or service.get("engine_version"))
         ]
+
+
+def _find_option(options, name):
+    """The spec of a field named name anywhere among nested options."""
+    if name in options:
+        return options[name]
+    for option in options.values():
+        found = _find_option(option.get("options") or {}, name) if isinstance(option, dict) else None
+        if found:
+            return found
+    return None
 
 
 def _kind(value) -> str:

@@ -278,7 +278,10 @@ def check_tensor_parallel(service, config, quant_config=None, gpu_count=None):
     fixes = []
     smaller = [n for n in plain if n < tp]
     if smaller:
-        fixes.append(f"tensor_parallel_size {max(smaller)}")
+        # The fix must pass check_service_data too: a size that does not divide the GPU list comes with a list.
+        gpus = list(service.get("gpus") or [])
+        size = max(smaller)
+        fixes.append(f"tensor_parallel_size {size}" + (f" and gpus {gpus[:size]}" if gpus and len(gpus) % size else ""))
     if not ep and tp in with_ep:
         fixes.append(f"tensor_parallel_size {tp} with expert_parallel: true (each GPU holds whole experts)")
     if not fixes:

@@ -323,3 +323,13 @@ def test_documentation_lists_every_rule():
     page = (ROLE.parents[1] / "docs/services.md").read_text()
     missing = [r["id"] for r in RULES if f"| `{r['id']}` |" not in page]
     assert not missing, f"docs/services.md does not list {missing}"
+
+
+def test_the_suggested_tp_size_passes_the_gpu_list_check(services):
+    """3 GPUs, 4 heads: TP 3 is refused; the fix TP 2 comes with a list of 2 GPUs, which the service check accepts."""
+    config = {"num_attention_heads": 4, "num_key_value_heads": 4, "hidden_size": 512, "intermediate_size": 1024}
+    service = variant(services, "minimax-m25", gpus=[0, 1, 2], tensor_parallel_size=3)
+    hit = refused(plan_service(service, config=config, gpu_count=8))["tp.attention_heads"]
+    assert hit["fix"] == "tensor_parallel_size 2 and gpus [0, 1]"
+    fixed = variant(services, "minimax-m25", gpus=[0, 1], tensor_parallel_size=2)
+    assert plan_service(fixed, config=config, gpu_count=8)["refusals"] == []

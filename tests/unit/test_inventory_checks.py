@@ -1,0 +1,210 @@
+"""The inventory checks of the validation play (plugins/module_utils/inventory_checks.py), on plain data."""
+
+from pathlib import Path
+
+import inventory_checks as checks
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+ROLES = ROOT / "roles"
+
+
+def load_roles():
+    specs, declared = {}, set()
+    for role in sorted(p.name for p in ROLES.iterdir() if p.is_dir()):
+        specs[role], names = checks.load_role(str(ROLES / role))
+        declared |= names
+    return specs, declared
+
+
+SPECS, DECLARED = load_roles()
+ROLE_MAP = {
+    "pve": ["pve_host_gpu", "pve_guest_gpu", "gpu_switch"],
+    "ct": ["nvidia_userspace", "cuda_toolkit", "python_env", "source_build", "nccl_tuning", "inference_service"],
+}
+GPUS = [{"address": f"0000:0{n + 1}:00.0", "numa_node": n // 4} for n in range(8)]
+# What a Proxmox host must set (the roles' required options).
+PVE = {
+    "inferhost_gpus": GPUS,
+    "pve_host_gpu_driver_version": "590.48.01",
+    "gpu_switch_proxmox_password": "pw-1234",
+    "gpu_switch_proxmox_node": "pve1",
+    "gpu_switch_container_vmid": 101,
+    "gpu_switch_vm_vmid": 201,
+    "gpu_switch_gpus": [g["address"] for g in GPUS],
+}
+
+
+def view(name, groups, **variables):
+    def get(key):
+        value = variables[key]
+        if isinstance(value, checks.TemplateFailure):
+            raise value
+        return value
+
+    return checks.HostView(name, variables, get, groups)
+
+
+def problems(pve=None, ct=None, targets=("pve", "ct"), validator=None):
+    views = {
+        "pve": view("pve", ["pve_hosts"], **{**PVE, **(pve or {})}),
+        "ct": view(
+            "ct",
+            ["inference_guests", "inference_containers"],
+            inferhost_pve_host="pve",
+            inference_service_api_key="key-5678",
+            **(ct or {}),
+        ),
+    }
+    checker = checks.Checker(views, list(targets), ROLE_MAP, SPECS, DECLARED, validator=validator)
+    return checker.run()
+
+
+def only(found):
+    assert len(found) == 1, [p.line() for p in found]
+    return found[0]
+
+
+def service(**fields):
+    base = {"name": "a", "engine": "vllm", "environment": "/opt/venvs/a", "model": {"path": "/srv/a"}, "gpus": [0, 1]}
+    return {**base, **fields}
+
+
+def test_a_consistent_inventory_has_no_problem():
+    assert problems(ct={"inference_service_services": [service()], "inference_service_active": "a"}) == []
+
+
+def test_a_misspelt_variable_is_refused_with_the_closest_name():
+    found = only(problems(ct={"inference_service_activ": "qwen35"}))
+    assert found.variable == "inference_service_activ"
+    assert found.fix == "rename it to inference_service_active"
+
+
+def test_private_and_unprefixed_names_are_not_checked():
+    assert problems(ct={"__inference_service_whatever": 1, "benchmark_rounds": 3, "lab_image_release": "x"}) == []
+
+
+def test_the_active_service_must_exist():
+    found = only(problems(ct={"inference_service_services": [service()], "inference_service_active": "b"}))
+    assert found.variable == "inference_service_active" and found.fix == "inference_service_active: a"
+
+
+@pytest.mark.parametrize(
+    ("gpus", "expected"),
+    [("0,1", "a string is not a list"), ([0, 0], "distinct"), ([0, 8], "beyond the 8"), ([True], "integers")],
+)
+def test_service_gpus_are_distinct_integers_within_the_hosts_gpus(gpus, expected):
+    found = only(problems(ct={"inference_service_services": [service(gpus=gpus)]}))
+    assert found.variable == "inference_service_services[0].gpus"
+    assert expected in found.given + found.expected
+
+
+def test_gpu_count_comes_from_the_guests_proxmox_host():
+    found = problems(
+        pve={"inferhost_gpus": GPUS[:2]}, ct={"inference_service_services": [service(gpus=[0, 2])]}, targets=["ct"]
+    )
+    assert "beyond the 2" in only(found).given
+
+
+@pytest.mark.parametrize(
+    ("gpus", "variable"),
+    [
+        ("0000:01:00.0", "inferhost_gpus"),
+        ([*GPUS[:2], {"address": "0000:01:00.0"}], "inferhost_gpus[2].address"),
+        ([{"address": "1:0.0"}], "inferhost_gpus[0].address"),
+    ],
+)
+def test_gpu_addresses_are_well_formed_and_unique(gpus, variable):
+    found = problems(pve={"inferhost_gpus": gpus}, targets=["pve"])
+    assert variable in [p.variable for p in found]
+
+
+def test_a_gpu_string_says_so_instead_of_failing_on_an_attribute():
+    found = problems(pve={"inferhost_gpus": "0000:01:00.0"}, targets=["pve"])
+    assert "(a string)" in only(found).given
+
+
+def test_gpu_addresses_must_be_in_the_published_inventory_when_known():
+    facts = {"inferhost_gpus": {"gpus": [{"address": g["address"]} for g in GPUS[:7]]}}
+    found = only(problems(pve={"ansible_local": facts}, targets=["pve"]))
+    assert found.variable == "inferhost_gpus[7].address" and "0000:08:00.0" in found.given
+
+
+def test_switch_gpus_must_be_gpus_of_the_host_once():
+    found = problems(pve={"gpu_switch_gpus": ["0000:01:00.0", "0000:01:00.0", "0000:09:00.0"]}, targets=["pve"])
+    assert [p.variable for p in found] == ["gpu_switch_gpus[1]", "gpu_switch_gpus[2]"]
+
+
+def test_max_jobs_must_be_positive():
+    found = only(problems(ct={"source_build_max_jobs": -4}))
+    assert found.variable == "source_build_max_jobs" and found.fix == "source_build_max_jobs: 20"
+
+
+def test_the_guest_driver_must_be_the_hosts():
+    found = only(problems(pve={"pve_host_gpu_driver_version": "590.48.01"}, ct={"nvidia_userspace_version": "580.1.2"}))
+    assert found.variable == "nvidia_userspace_version" and "590.48.01" in found.expected
+
+
+def test_a_template_failure_caused_by_a_misspelt_name_is_not_a_second_problem():
+    failing = checks.TemplateFailure("'inferhost_gpus' is undefined")
+    views = {
+        "pve": checks.HostView(
+            "pve",
+            ["inferhost_gpu", "gpu_switch_gpus", "gpu_switch_proxmox_password"],
+            lambda n: (
+                {"inferhost_gpu": GPUS, "gpu_switch_proxmox_password": "x"}.get(n)
+                if n != "gpu_switch_gpus"
+                else (_ for _ in ()).throw(failing)
+            ),
+            ["pve_hosts"],
+            raw=lambda n: "{{ inferhost_gpus | map(attribute='address') }}" if n == "gpu_switch_gpus" else "",
+        )
+    }
+    found = checks.Checker(views, ["pve"], ROLE_MAP, SPECS, DECLARED).run()
+    assert [p.variable for p in found] == ["inferhost_gpu"]
+
+
+def test_secrets_are_never_shown():
+    found = problems(ct={"inference_service_api_kee": "key-5678", "inference_service_hardware": {"token": "key-5678"}})
+    text = "\n".join(p.line() for p in found)
+    assert "key-5678" not in text and checks.SECRET_SHOWN in text
+    assert checks.show({"api_password": "pw", "node": "pve1"}) == '{"api_password": "(secret)", "node": "pve1"}'
+
+
+def test_argument_spec_errors_name_the_variable_and_the_expected_type():
+    def validator(options, params):
+        name = "inference_service_load_timeout_s"
+        said = f"argument '{name}' is of type str and we were unable to convert to int"
+        return [(name, said)] if name in params else []
+
+    found = only(problems(ct={"inference_service_load_timeout_s": "soon"}, validator=validator))
+    assert found.variable == "inference_service_load_timeout_s" and found.expected == "an integer"
+    assert "2700" in found.fix
+
+
+def test_broken_yaml_is_named_with_file_and_line(tmp_path):
+    (tmp_path / "group_vars" / "all").mkdir(parents=True)
+    (tmp_path / "hosts.yml").write_text("all:\n  hosts: {a: {}}\n")
+    (tmp_path / "group_vars" / "all" / "x.yml").write_text("a: 1\nb: [1\nc: 2\n")
+    (errors,) = checks.yaml_errors([str(tmp_path)])
+    assert "group_vars/all/x.yml:3:" in errors and "YAML error" in errors
+
+
+def test_vault_tagged_values_are_not_yaml_errors(tmp_path):
+    (tmp_path / "group_vars").mkdir()
+    (tmp_path / "group_vars" / "all.yml").write_text("vault_x: !vault |\n  $ANSIBLE_VAULT;1.1;AES256\n  3130\n")
+    assert checks.yaml_errors([str(tmp_path)]) == []
+
+
+def test_the_file_of_a_variable_is_the_most_specific(tmp_path):
+    for rel, text in {
+        "group_vars/all/a.yml": "inferhost_cpu_vendor: amd\n",
+        "host_vars/pve/hw.yml": "inferhost_cpu_vendor: intel\n",
+        "hosts.yml": "all:\n  hosts:\n    pve:\n      inferhost_pve_host: x\n",
+    }.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    files = checks.VariableFiles([str(tmp_path)])
+    assert files.file_of("inferhost_cpu_vendor", "pve", ["pve_hosts"]).endswith("host_vars/pve/hw.yml")
+    assert files.file_of("inferhost_cpu_vendor", "other", []).endswith("group_vars/all/a.yml")
+    assert files.file_of("inferhost_pve_host", "pve", []).endswith("hosts.yml")
