@@ -460,7 +460,12 @@ def main():
     try:
         runner.api = connect(p)
     except Exception as exc:  # noqa: BLE001 - login failures become a message
-        module.fail_json(msg=f"could not log in to the PVE API at {p['api_host']}:{p['api_port']} as {who(p)}: {exc}")
+        # The role's variable is named: the password comes from the inventory through it.
+        module.fail_json(
+            msg=f"pve_guest_gpu_api_password: could not log in to the PVE API at {p['api_host']}:{p['api_port']} as "
+            f"{who(p)}: {exc}. Nothing was changed; set the right password in the inventory (in inventory/example, "
+            "vault_proxmox_password in the vault file)."
+        )
     module.exit_json(**runner.run(wanted))
 
 

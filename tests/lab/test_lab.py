@@ -2,6 +2,10 @@
 machines, each playbook in its own run with an empty fact cache; then site.yml and --check change nothing,
 the GPUs move to the VM and back through the playbook, and the stand-in service answers."""
 
+import json
+import re
+import subprocess
+
 import pytest
 
 from inferhost import lab as labmod
@@ -120,3 +124,63 @@ def test_a_fresh_lab_in_check_mode_shows_the_changes(lab):
     assert {"lab-pve", "lab-ct", "lab-vm"} <= changed_hosts
     again = labmod.converge(lab, check=True)
     assert again.changed == planned.changed, "check mode changed something on the machines"
+
+
+# --- mistakes that only the machines can show: refused before any change, naming the variable -------------
+
+
+def _ansible_playbook(playbook: str, *argv: str):
+    """ansible-playbook against the lab as a user runs it, with its whole output (for the message and leaks)."""
+    proc = subprocess.run(
+        ["ansible-playbook", "-i", str(labmod.INVENTORY / "hosts.yml"), playbook, *argv],
+        cwd=labmod.ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def _on(lab, host: str, command: str) -> str:
+    argv = labmod.ssh_argv(lab, host)
+    return subprocess.run([*argv, command], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def _guest_configs(lab):
+    ct, vm = labmod.api_guests(lab)
+    return ct.config.get(), vm.config.get()
+
+
+@pytest.mark.parametrize(
+    ("tags", "variable"),
+    [(None, "pve_guest_gpu_api_password"), ("role::gpu_switch", "gpu_switch_proxmox_password")],
+)
+def test_a_wrong_proxmox_password_is_refused_before_it_is_stored(lab, deployed, tags, variable):
+    """The login is tried first: the run fails naming the variable, the host's password file and the guests'
+    API state stay as they were, and the wrong password appears nowhere in the output."""
+    wrong = "wrong-canary-5d1f"
+    password_file = _on(lab, "lab-pve", "sha256sum /etc/gpu-switch/password")
+    before = _guest_configs(lab)
+    argv = ["-e", f"vault_proxmox_password={wrong}", *(["--tags", tags] if tags else [])]
+    rc, out = _ansible_playbook("playbooks/host.yml", *argv)
+    assert rc != 0, out[-3000:]
+    assert variable in out and "could not log in" in out, out[-3000:]
+    assert wrong not in out
+    assert "changed=0" in out and not re.search(r"changed=[1-9]", out), out[-3000:]
+    assert _on(lab, "lab-pve", "sha256sum /etc/gpu-switch/password") == password_file
+    assert _guest_configs(lab) == before
+
+
+def test_adding_or_removing_an_inactive_service_does_not_restart_the_active_one(lab, deployed):
+    unit = "inference-lab-standin.service"
+    started = _on(lab, "lab-ct", f"systemctl show -p MainPID -p ActiveEnterTimestampMonotonic {unit}")
+    services = lab.hosts["lab-ct"]["inference_service_services"]
+    other = {**services[0], "name": "lab-standin-b", "port": 8001}
+    for listed in ([*services, other], services):
+        rc, out = _ansible_playbook(
+            "playbooks/container.yml", "--tags", "role::inference_service",
+            "-e", json.dumps({"inference_service_services": listed}),
+        )  # fmt: skip
+        assert rc == 0, out[-3000:]
+        assert _on(lab, "lab-ct", f"systemctl show -p MainPID -p ActiveEnterTimestampMonotonic {unit}") == started
+    assert _on(lab, "lab-ct", "systemctl is-active inference-lab-standin-b.service || true") == "inactive"
