@@ -6,6 +6,7 @@ inactive service rewrites the active unit's ``Conflicts=`` line. That line is a 
 ``daemon-reload``: it needs no restart, and a restart would reload a model for nothing (30 minutes on the
 reference host). Everything else in a unit does need one.
 
+The comment line right above a ``Conflicts=`` line goes with it (the template writes both or neither).
 ``{{ results | inference_units_to_restart }}`` takes the registered loop results of the template task (run
 with ``diff: true``) and gives the names (``inference_service_unit.name``) of the units that changed beyond
 their ``Conflicts=`` lines. A changed unit without a diff (a new file) counts as changed.
@@ -15,11 +16,19 @@ from __future__ import annotations
 
 import re
 
-RELOAD_ONLY = re.compile(r"^Conflicts=.*$", re.M)
+RELOAD_ONLY = re.compile(r"^Conflicts=")
 
 
 def _without_reload_only_lines(text):
-    return RELOAD_ONLY.sub("", text or "")
+    """The unit without its Conflicts= lines and the comment that introduces them."""
+    lines = (text or "").splitlines()
+    kept = []
+    for number, line in enumerate(lines):
+        follows = lines[number + 1] if number + 1 < len(lines) else ""
+        if RELOAD_ONLY.match(line) or (line.startswith("#") and RELOAD_ONLY.match(follows)):
+            continue
+        kept.append(line)
+    return kept
 
 
 def needs_restart(result):

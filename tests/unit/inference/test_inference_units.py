@@ -19,6 +19,14 @@ def test_a_new_conflict_alone_restarts_nothing():
     assert inference_units_to_restart([result("a", before, after)]) == []
 
 
+def test_the_first_or_last_conflict_with_its_comment_restarts_nothing():
+    alone = "[Unit]\nDescription=a\n\n[Service]\nExecStart=/opt/vllm\n"
+    paired = alone.replace(
+        "Description=a\n", "Description=a\n# Only one owns the GPUs.\nConflicts=inference-b.service\n"
+    )
+    assert inference_units_to_restart([result("a", alone, paired), result("a", paired, alone)]) == []
+
+
 def test_any_other_change_restarts():
     before = UNIT.format(conflicts="inference-b.service", exec="vllm")
     after = UNIT.format(conflicts="inference-b.service inference-c.service", exec="sglang")
