@@ -7,6 +7,7 @@ check run that reports any change fails, because `--check` on a converged machin
 import os
 import re
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -38,16 +39,27 @@ def changed_hosts(output):
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
-def test_scenario(scenario):
-    molecule("destroy", scenario)
+def test_scenario(scenario, record_property):
+    seconds = {}  # per step, printed in the run's summary (tests/conftest.py)
+
+    def step(name, *extra, check=True):
+        start = time.monotonic()
+        try:
+            return molecule(name, scenario, *extra, check=check)
+        finally:
+            label = "check" if "--check" in extra else name
+            seconds[label] = seconds.get(label, 0.0) + time.monotonic() - start
+
+    step("destroy")
     try:
-        molecule("create", scenario)
-        molecule("prepare", scenario)
-        molecule("converge", scenario)
-        molecule("idempotence", scenario)
-        changed = changed_hosts(molecule("converge", scenario, "--", "--check", "--diff"))
+        step("create")
+        step("prepare")
+        step("converge")
+        step("idempotence")
+        changed = changed_hosts(step("converge", "--", "--check", "--diff"))
         assert not changed, f"--check on the converged instances reports changes on {changed}"
-        verified = molecule("verify", scenario)
+        verified = step("verify")
         assert re.search(r"\b\d+ passed\b", verified), f"verify ran no testinfra test:\n{verified[-3000:]}"
     finally:
-        molecule("destroy", scenario, check=False)
+        step("destroy", check=False)
+        record_property("molecule_steps", seconds)

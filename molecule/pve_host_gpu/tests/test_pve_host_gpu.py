@@ -13,7 +13,7 @@ KERNEL = {"bookworm": "6.8.12-9-pve", "trixie": "6.14.8-2-pve"}
 
 @pytest.fixture
 def release(host):
-    return host.backend.name.rsplit("-", 1)[1]
+    return host.backend.host.rsplit("-", 1)[1]
 
 
 def calls(host, prefix):

@@ -29,12 +29,13 @@ CHECK_MODE_CASES = [
 def drive(request, out, *extra):
     hosts = [h.split("://")[-1] for h in request.config.getoption("hosts").split(",") if h]
     env = {**os.environ, "ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")}
+    # Molecule's inventory: the instances over SSH, as the converge reached them.
     argv = [
         "ansible-playbook",
         "-i",
-        ",".join(hosts) + ",",
-        "-c",
-        "containers.podman.podman",
+        os.environ["MOLECULE_INVENTORY_FILE"],
+        "--limit",
+        ",".join(hosts),
         "-e",
         f"checks_out={out}",
         *extra,
@@ -60,12 +61,12 @@ def check_mode_outcomes(request, tmp_path_factory):
 
 @pytest.fixture
 def case(outcomes, host):
-    return outcomes[host.backend.name]
+    return outcomes[host.backend.host]
 
 
 @pytest.fixture
 def check_case(check_mode_outcomes, host):
-    return check_mode_outcomes[host.backend.name]
+    return check_mode_outcomes[host.backend.host]
 
 
 def failed(outcome, *fragments):
@@ -158,7 +159,7 @@ def test_no_reboot_without_kernel_access_even_when_allowed(case, host):
     outcome = case["uvm_wrong"]
     assert outcome["reboot_now"] is False
     assert "NVIDIA driver 590.48.01 installed" in outcome["reasons"]
-    if host.backend.name.endswith("bookworm"):
+    if host.backend.host.endswith("bookworm"):
         # The fake running kernel there was booted before the IOMMU arguments were added.
         assert "the running kernel command line lacks amd_iommu=on iommu=pt pcie_aspm=off" in outcome["reasons"]
     else:
