@@ -113,19 +113,6 @@ def test_validate_asks_the_service_its_questions(lab, deployed):
     assert "3/3 prompts answered well" in labmod.validate(lab)
 
 
-def test_a_fresh_lab_in_check_mode_shows_the_changes(lab):
-    """Against machines that were never converged, --check lists the changes and makes none."""
-    labmod.remove_containers(lab)
-    labmod.start_containers(lab)
-    labmod.install_standins(lab)
-    planned = labmod.converge(lab, check=True)
-    assert planned.changed > 0
-    changed_hosts = {line.split(":")[0] for line in planned.changed_tasks}
-    assert {"lab-pve", "lab-ct", "lab-vm"} <= changed_hosts
-    again = labmod.converge(lab, check=True)
-    assert again.changed == planned.changed, "check mode changed something on the machines"
-
-
 # --- mistakes that only the machines can show: refused before any change, naming the variable -------------
 
 
@@ -184,3 +171,17 @@ def test_adding_or_removing_an_inactive_service_does_not_restart_the_active_one(
         assert rc == 0, out[-3000:]
         assert _on(lab, "lab-ct", f"systemctl show -p MainPID -p ActiveEnterTimestampMonotonic {unit}") == started
     assert _on(lab, "lab-ct", "systemctl is-active inference-lab-standin-b.service || true") == "inactive"
+
+
+# Last: it replaces the converged machines with fresh ones, which the tests above rely on.
+def test_a_fresh_lab_in_check_mode_shows_the_changes(lab):
+    """Against machines that were never converged, --check lists the changes and makes none."""
+    labmod.remove_containers(lab)
+    labmod.start_containers(lab)
+    labmod.install_standins(lab)
+    planned = labmod.converge(lab, check=True)
+    assert planned.changed > 0
+    changed_hosts = {line.split(":")[0] for line in planned.changed_tasks}
+    assert {"lab-pve", "lab-ct", "lab-vm"} <= changed_hosts
+    again = labmod.converge(lab, check=True)
+    assert again.changed == planned.changed, "check mode changed something on the machines"
