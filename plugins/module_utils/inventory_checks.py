@@ -58,7 +58,7 @@ INVENTORY_NAMES = {
     "inferhost_pve_host": "the Proxmox host a guest runs on (group_vars/inference_guests/guest.yml)",
     "inferhost_guest_group": "playbooks/guests.yml: the group of guests to configure",
     "inferhost_preflight_hosts": "playbooks/preflight.yml: the hosts the run will touch",
-    "inferhost_preflight_roles": "playbooks/preflight.yml: the roles each group runs",
+    "inferhost_preflight_role_specs": "playbooks/preflight.yml: false where the playbook runs no role",
     "gpu_switch_to": "playbooks/gpu_switch.yml: vm or ct (-e)",
     "gpu_switch_force": "playbooks/gpu_switch.yml: stop a guest that does not shut down in time (-e)",
 }

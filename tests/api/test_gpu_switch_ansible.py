@@ -113,6 +113,25 @@ def test_a_bad_side_fails_before_any_change(setup):
     assert env.kernel.writes == [] and env.pve.tasklog == []
 
 
+def test_a_misspelt_parameter_fails_before_any_change(setup):
+    """The move runs no role, so no role variable is required; a misspelt name is still refused."""
+    env, inventory, config_dir = setup
+    proc = playbook(
+        inventory,
+        "playbooks/gpu_switch.yml",
+        "-e",
+        "gpu_switch_to=vm",
+        "-e",
+        "gpu_switch_froce=true",
+        "-e",
+        f"gpu_switch_config_dir={config_dir}",
+    )
+    assert proc.returncode != 0
+    assert "gpu_switch_froce" in proc.stdout and "rename it to gpu_switch_force" in proc.stdout
+    assert MOVE not in proc.stdout
+    assert env.kernel.writes == [] and env.pve.tasklog == []
+
+
 def test_module_failure_carries_the_reason_and_hides_the_password(setup):
     env, inventory, config_dir = setup
     env.vm.start_error = "QEMU exited with code 1"
