@@ -865,6 +865,16 @@ class Checker:
                     "a relative path inside the repository",
                     "sgl-kernel",
                 ),
+                (
+                    "arch_list_variable",
+                    not build.get("arch_list_variable")
+                    or (
+                        isinstance(build.get("environment"), dict)
+                        and build["arch_list_variable"] in build["environment"]
+                    ),
+                    "the name of a variable its environment sets (the arch list the build compiles)",
+                    "FLASH_ATTN_CUDA_ARCHS",
+                ),
             ]
             for key, ok, expected, example in rules:
                 if not ok:

@@ -98,6 +98,14 @@ options:
     description: Compiler threads per job (nvcc C(--threads)).
     type: int
     default: 1
+  arch_list_variable:
+    description:
+      - Name of the variable in O(environment) that lists the device architectures the build compiles
+        (C(FLASH_ATTN_CUDA_ARCHS) for flash-attn). nvcc runs one C(--threads) thread per architecture, so
+        the threads per job are lowered to the number of architectures listed, and the memory estimate with
+        them. Empty when the build does not say; then every thread of O(threads_per_job) is counted.
+    type: str
+    default: ""
   max_jobs:
     description: Upper bound of the job count.
     type: int
@@ -141,6 +149,7 @@ EXAMPLES = r"""
     linked_packages: [torch]
     gb_per_thread: 5
     threads_per_job: 4
+    arch_list_variable: FLASH_ATTN_CUDA_ARCHS
     max_jobs: 20
     cache_dir: /var/cache/inferhost/wheels
   register: plan
@@ -172,7 +181,7 @@ installed:
   returned: always
   type: bool
 parallelism:
-  description: jobs, threads, per_job_gb, budget_gb, peak_gb, limited_by, available_gb, cpus.
+  description: jobs, threads, per_job_gb, budget_gb, peak_gb, arches, limited_by, available_gb, cpus.
   returned: always
   type: dict
 argv:
@@ -237,6 +246,35 @@ def git_head(module, source):
     return out.strip()
 
 
+def plan_parallelism(module, p):
+    """The job count and threads per job, from the memory left, the cores, the cap and the arches built."""
+    arches = None
+    variable = p["arch_list_variable"]
+    if variable:
+        if variable not in p["environment"]:
+            module.fail_json(
+                msg=f"{p['name']}: arch_list_variable names {variable}, which the build's environment does not set; "
+                "set it there (the build's own default list is unknown here) or leave arch_list_variable out"
+            )
+        arches = parallelism.arch_count(p["environment"][variable])
+    available = p["available_gb"] if p["available_gb"] is not None else measure_available_gb()
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    try:
+        jobs = parallelism.plan(
+            available_gb=available,
+            cpus=cpus,
+            gb_per_thread=p["gb_per_thread"],
+            threads_per_job=p["threads_per_job"],
+            max_jobs=p["max_jobs"],
+            reserve_gb=p["reserve_gb"],
+            arches=arches,
+        )
+    except parallelism.ParallelismError as err:
+        module.fail_json(msg=f"{p['name']}: {err}")
+    jobs.update(available_gb=round(available, 1), cpus=cpus)
+    return jobs
+
+
 def main():
     module = AnsibleModule(
         argument_spec={
@@ -255,6 +293,7 @@ def main():
             "linked_packages": {"type": "list", "elements": "str", "default": []},
             "gb_per_thread": {"type": "float", "required": True},
             "threads_per_job": {"type": "int", "default": 1},
+            "arch_list_variable": {"type": "str", "default": ""},
             "max_jobs": {"type": "int", "required": True},
             "reserve_gb": {"type": "float", "default": 16},
             "available_gb": {"type": "float"},
@@ -284,20 +323,7 @@ def main():
             msg=f"{p['name']}: {', '.join(missing)} not installed in {p['target']}; the build links against it"
         )
 
-    available = p["available_gb"] if p["available_gb"] is not None else measure_available_gb()
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    try:
-        jobs = parallelism.plan(
-            available_gb=available,
-            cpus=cpus,
-            gb_per_thread=p["gb_per_thread"],
-            threads_per_job=p["threads_per_job"],
-            max_jobs=p["max_jobs"],
-            reserve_gb=p["reserve_gb"],
-        )
-    except parallelism.ParallelismError as err:
-        module.fail_json(msg=f"{p['name']}: {err}")
-    jobs.update(available_gb=round(available, 1), cpus=cpus)
+    jobs = plan_parallelism(module, p)
 
     commit = git_head(module, p["source"])
     cwd = os.path.normpath(os.path.join(p["source"], p["subdirectory"]))

@@ -140,6 +140,14 @@ def test_max_jobs_must_be_positive():
     assert found.variable == "source_build_max_jobs" and found.fix == "source_build_max_jobs: 20"
 
 
+def test_a_build_arch_list_variable_must_be_set_in_its_environment():
+    build = {"name": "flash-attn", "target": "/opt/venvs/sglang", "gb_per_thread": 5, "threads_per_job": 4}
+    named = {**build, "environment": {"FLASH_ATTN_CUDA_ARCHS": "120"}, "arch_list_variable": "FLASH_ATTN_CUDA_ARCHS"}
+    assert problems(ct={"source_build_builds": [named]}) == []
+    found = only(problems(ct={"source_build_builds": [{**named, "arch_list_variable": "FLASH_ATTN_ARCHS"}]}))
+    assert found.variable == "source_build_builds[0].arch_list_variable" and "FLASH_ATTN_ARCHS" in found.given
+
+
 def test_the_guest_driver_must_be_the_hosts():
     found = only(problems(pve={"pve_host_gpu_driver_version": "590.48.01"}, ct={"nvidia_userspace_version": "580.1.2"}))
     assert found.variable == "nvidia_userspace_version" and "590.48.01" in found.expected

@@ -1,9 +1,20 @@
 """The build-parallelism formula: memory first, then cores, then the inventory's cap; never an OOM."""
 
+from pathlib import Path
+
 import pytest
-from guest_env.parallelism import ParallelismError, available_bytes, cgroup_headroom, parse_meminfo, plan
+import yaml
+from guest_env.parallelism import (
+    ParallelismError,
+    arch_count,
+    available_bytes,
+    cgroup_headroom,
+    parse_meminfo,
+    plan,
+)
 
 GIB = 1024**3
+ROOT = Path(__file__).resolve().parents[3]
 
 MEMINFO = """MemTotal:       527981900 kB
 MemFree:        400000000 kB
@@ -30,6 +41,7 @@ def test_memory_bounds_the_jobs_when_it_is_the_smallest():
         "per_job_gb": 20,
         "budget_gb": 84,
         "peak_gb": 80,
+        "arches": None,
         "limited_by": "memory",
     }
 
@@ -79,6 +91,70 @@ def test_nonsense_inputs_are_refused(bad):
     args = {"available_gb": 100, "cpus": 8, "gb_per_thread": 5, "threads_per_job": 4, "max_jobs": 20, "reserve_gb": 8}
     with pytest.raises(ParallelismError):
         plan(**{**args, **bad})
+
+
+@pytest.mark.parametrize(
+    ("value", "count"),
+    [
+        ("120", 1),
+        ("80;90;100;120", 4),
+        ("8.0 9.0+PTX", 3),
+        ("12.0a", 1),
+        ("90a;120a", 2),
+        ("90a, 120a ;", 2),
+        ("120;120", 1),
+        ("", 0),
+        (None, 0),
+    ],
+)
+def test_arch_lists_are_counted_in_every_spelling(value, count):
+    assert arch_count(value) == count
+
+
+def test_a_single_arch_build_counts_one_thread_per_job():
+    # nvcc --threads compiles the arches of a file in parallel: with one arch, 4 threads asked are 1 used.
+    # A 64 GB machine with the example's 32 GB reserve: 32 GB / (5 GB x 1) = 6 jobs, not 32 / (5 x 4) = 1.
+    got = plan(available_gb=64, cpus=32, gb_per_thread=5, threads_per_job=4, max_jobs=20, reserve_gb=32, arches=1)
+    assert got["jobs"] == 6 and got["threads"] == 1 and got["per_job_gb"] == 5 and got["arches"] == 1
+    assert got["limited_by"] == "memory"
+
+
+def test_more_arches_than_threads_keep_the_threads_asked_for():
+    four = plan(available_gb=100, cpus=128, gb_per_thread=5, threads_per_job=4, max_jobs=20, reserve_gb=16, arches=4)
+    unknown = plan(available_gb=100, cpus=128, gb_per_thread=5, threads_per_job=4, max_jobs=20, reserve_gb=16)
+    six = plan(available_gb=100, cpus=128, gb_per_thread=5, threads_per_job=4, max_jobs=20, reserve_gb=16, arches=6)
+    assert four["jobs"] == unknown["jobs"] == six["jobs"] == 4
+    assert four["threads"] == unknown["threads"] == six["threads"] == 4
+
+
+def test_the_arch_count_frees_cores_too():
+    # 16 cores: 4 jobs at 4 threads, 16 at one thread (memory allows 96).
+    got = plan(available_gb=500, cpus=16, gb_per_thread=5, threads_per_job=4, max_jobs=20, reserve_gb=16, arches=1)
+    assert got["jobs"] == 16 and got["limited_by"] == "cpus"
+
+
+def test_a_build_of_no_arch_is_refused():
+    with pytest.raises(ParallelismError, match="no architecture"):
+        plan(available_gb=100, cpus=8, gb_per_thread=5, threads_per_job=4, max_jobs=20, reserve_gb=8, arches=0)
+
+
+def test_the_example_flash_attn_build_names_its_arch_list():
+    # The example's flash-attn builds sm_120 only and says so: its plan counts one thread per job.
+    data = yaml.safe_load((ROOT / "inventory/example/group_vars/inference_guests/source_build.yml").read_text())
+    build = next(b for b in data["source_build_builds"] if b["name"] == "flash-attn")
+    arches = arch_count(build["environment"][build["arch_list_variable"]])
+    assert arches == 1
+    reserve = data["source_build_memory_reserve_gb"]
+    got = plan(
+        available_gb=64,
+        cpus=64,
+        gb_per_thread=build["gb_per_thread"],
+        threads_per_job=build["threads_per_job"],
+        max_jobs=data["source_build_max_jobs"],
+        reserve_gb=reserve,
+        arches=arches,
+    )
+    assert got["jobs"] == 6
 
 
 def test_meminfo_is_read_in_bytes():
