@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
+import shutil
 import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
@@ -15,7 +17,15 @@ from ansible.module_utils.guest_env.buildplan import (
     installed_from,
     strip_parallelism,
 )
-from ansible.module_utils.guest_env.cachekey import cache_key, key_inputs
+from ansible.module_utils.guest_env.cachekey import (
+    DPKG_QUERY_FORMAT,
+    cache_key,
+    compiler_commands,
+    compiler_version,
+    dpkg_versions,
+    key_inputs,
+    key_package_names,
+)
 from ansible.module_utils.guest_env.pins import installed_versions, normalize_name
 from ansible.module_utils.guest_env.records import find_site_packages, fingerprint
 
@@ -26,7 +36,8 @@ description:
   - Computes everything a source build needs before it starts, and changes nothing.
   - The wheel cache key covers every input that changes the binary (commit, patch set, environment,
     build arguments, resolved build requirements, versions of the linked packages such as torch with its
-    CUDA build, CUDA version, Python tag, machine); parallelism is left out.
+    CUDA build, CUDA version, Python tag, machine, the host compilers' versions, the versions of the
+    system packages in O(key_system_packages)); parallelism is left out.
   - The job count comes from the memory left on the machine (the smaller of MemAvailable and the
     cgroup's headroom, swap never counted), the measured GB per compiler thread, the cores and a cap.
   - Reports whether the cache already holds the wheel, whether a build of this key is running, and
@@ -117,6 +128,17 @@ options:
   available_gb:
     description: Memory to plan with instead of measuring it (for a build started later, or tests).
     type: float
+  key_system_packages:
+    description:
+      - Debian packages whose versions go into the key (C(not installed) for those that are not), read with
+        C(dpkg-query). A build that detects a library when it is present (mscclpp and C(libibverbs-dev))
+        builds another binary once it is installed.
+      - The host compilers' versions are always in the key - C(CC), C(CXX) (C(gcc), C(g++) when the
+        build's environment does not set them), C(CUDAHOSTCXX) and C(NVCC_CCBIN) when it does - as each
+        one's C(--version) names itself.
+    type: list
+    elements: str
+    default: []
   cache_dir:
     description: Root of the wheel cache.
     type: path
@@ -147,6 +169,7 @@ EXAMPLES = r"""
       MAX_JOBS: "{jobs}"
       NVCC_THREADS: "{threads}"
     linked_packages: [torch]
+    key_system_packages: [libnuma-dev, libibverbs-dev]
     gb_per_thread: 5
     threads_per_job: 4
     arch_list_variable: FLASH_ATTN_CUDA_ARCHS
@@ -246,6 +269,68 @@ def git_head(module, source):
     return out.strip()
 
 
+def compiler_versions(module, env):
+    """{variable: version line} of the build's host compilers, found on the build's PATH."""
+    versions = {}
+    for variable, command in compiler_commands(env).items():
+        argv = shlex.split(command)
+        found = shutil.which(argv[0], path=env.get("PATH")) if argv else None
+        if not found:
+            versions[variable] = f"{command}: not found"
+            continue
+        rc, out, err = module.run_command([found, *argv[1:], "--version"], environ_update=env)
+        line = compiler_version(out, err)
+        versions[variable] = line if rc == 0 and line else f"{command}: --version failed (rc {rc})"
+    return versions
+
+
+def system_package_versions(module, names):
+    """{package: version or "not installed"} of the declared Debian packages."""
+    names = key_package_names(names)
+    if not names:
+        return {}
+    dpkg_query = module.get_bin_path("dpkg-query")
+    if not dpkg_query:
+        module.fail_json(
+            msg="key_system_packages needs dpkg-query (Debian or Ubuntu) to read package versions; "
+            "this machine has none (set source_build_key_system_packages to [] on other systems)"
+        )
+    argv = [dpkg_query, "-W", "-f", DPKG_QUERY_FORMAT, "--", *names]
+    rc, out, err = module.run_command(argv, expand_user_and_vars=False)
+    # rc 1: some package is unknown to dpkg, which dpkg_versions reports as not installed.
+    if rc not in (0, 1):
+        module.fail_json(msg=f"dpkg-query failed (rc {rc}): {err.strip()}")
+    return dpkg_versions(names, out)
+
+
+def build_environment(module, p, jobs, target_site):
+    """(the data's variables expanded, the build's complete process environment)."""
+    values = {
+        "jobs": jobs["jobs"],
+        "threads": jobs["threads"],
+        "cuda_home": p["cuda_home"],
+        "site_packages": target_site,
+        "build_env": p["build_env"],
+        "src": p["source"],
+    }
+    try:
+        data_env = expand_environment(p["environment"], values)
+    except ValueError as err:
+        module.fail_json(msg=f"{p['name']}: {err}")
+    path = os.path.join(p["build_env"], "bin")
+    env = {"HOME": os.environ.get("HOME", "/root"), "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
+    if p["cuda_home"]:
+        path += ":" + os.path.join(p["cuda_home"], "bin")
+        env.update(
+            CUDA_HOME=p["cuda_home"], CUDA_PATH=p["cuda_home"], CUDACXX=os.path.join(p["cuda_home"], "bin", "nvcc")
+        )
+    env["PATH"] = f"{path}:{BASE_PATH}"
+    env.update({k: str(v) for k, v in p["process_environment"].items()})
+    env.update(data_env)
+    env["VIRTUAL_ENV"] = p["build_env"]
+    return data_env, env
+
+
 def plan_parallelism(module, p):
     """The job count and threads per job, from the memory left, the cores, the cap and the arches built."""
     arches = None
@@ -297,6 +382,7 @@ def main():
             "max_jobs": {"type": "int", "required": True},
             "reserve_gb": {"type": "float", "default": 16},
             "available_gb": {"type": "float"},
+            "key_system_packages": {"type": "list", "elements": "str", "default": []},
             "cache_dir": {"type": "path", "required": True},
             "salt": {"type": "str", "default": ""},
         },
@@ -324,6 +410,7 @@ def main():
         )
 
     jobs = plan_parallelism(module, p)
+    data_env, env = build_environment(module, p, jobs, target_site)
 
     commit = git_head(module, p["source"])
     cwd = os.path.normpath(os.path.join(p["source"], p["subdirectory"]))
@@ -344,34 +431,12 @@ def main():
         cuda_version=cuda,
         python_tag=python["abi"] or python["tag"],
         machine=python["machine"],
+        compilers=compiler_versions(module, env),
+        system_packages=system_package_versions(module, p["key_system_packages"]),
         salt=p["salt"],
     )
     key = cache_key(inputs)
     job_dir = os.path.join(p["cache_dir"], p["name"], key)
-
-    values = {
-        "jobs": jobs["jobs"],
-        "threads": jobs["threads"],
-        "cuda_home": p["cuda_home"],
-        "site_packages": target_site,
-        "build_env": p["build_env"],
-        "src": p["source"],
-    }
-    try:
-        data_env = expand_environment(p["environment"], values)
-    except ValueError as err:
-        module.fail_json(msg=f"{p['name']}: {err}")
-    path = os.path.join(p["build_env"], "bin")
-    env = {"HOME": os.environ.get("HOME", "/root"), "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
-    if p["cuda_home"]:
-        path += ":" + os.path.join(p["cuda_home"], "bin")
-        env.update(
-            CUDA_HOME=p["cuda_home"], CUDA_PATH=p["cuda_home"], CUDACXX=os.path.join(p["cuda_home"], "bin", "nvcc")
-        )
-    env["PATH"] = f"{path}:{BASE_PATH}"
-    env.update({k: str(v) for k, v in p["process_environment"].items()})
-    env.update(data_env)
-    env["VIRTUAL_ENV"] = p["build_env"]
 
     argv = [p["uv"], "build", "--wheel", "--no-build-isolation", "--python", build_python, "--out-dir", "{staging}"]
     argv += p["build_args"] + ["."]

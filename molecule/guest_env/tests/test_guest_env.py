@@ -160,6 +160,19 @@ def test_cuda_home_came_from_the_build_data_not_the_path(host):
     assert build["key_inputs"]["cuda_version"] == "12.8.93"
 
 
+def test_the_key_holds_the_compiler_and_the_build_packages_versions(host):
+    # CC is the logging front end, which runs gcc: the key holds gcc's own version line. CXX is unset:
+    # g++, by its version line, or named as not found (molecule.yml installs gcc alone).
+    build = next(b for b in build_dirs(host).values() if b["key_inputs"]["patches"][0]["name"] == "answer-42")
+    inputs = build["key_inputs"]
+    assert inputs["compilers"]["CC"] == host.check_output("gcc --version").splitlines()[0].strip()
+    gxx = host.run("g++ --version")
+    assert inputs["compilers"]["CXX"] == (gxx.stdout.splitlines()[0].strip() if gxx.rc == 0 else "g++: not found")
+    numa = dpkg(host, "libnuma-dev")
+    assert inputs["system_packages"]["libnuma-dev"].startswith(numa[1] + " ")
+    assert inputs["system_packages"]["libibverbs-dev"] == "not installed"
+
+
 def test_each_build_left_its_log(host):
     for key in build_dirs(host):
         log = host.file(f"{CACHE}/{key}/build.log").content_string

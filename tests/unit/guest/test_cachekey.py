@@ -2,7 +2,14 @@
 
 import pytest
 from guest_env.buildplan import strip_parallelism
-from guest_env.cachekey import cache_key, key_inputs
+from guest_env.cachekey import (
+    DPKG_QUERY_FORMAT,
+    cache_key,
+    compiler_commands,
+    compiler_version,
+    dpkg_versions,
+    key_inputs,
+)
 
 BASE = {
     "name": "sgl-kernel",
@@ -20,7 +27,12 @@ BASE = {
     "cuda_version": "13.0.1",
     "python_tag": "cp312",
     "machine": "x86_64",
+    "compilers": {"CC": "gcc (Debian 12.2.0-14+deb12u1) 12.2.0", "CXX": "g++ (Debian 12.2.0-14+deb12u1) 12.2.0"},
+    "system_packages": {"libibverbs-dev": "not installed", "libnuma-dev": "2.0.16-1 amd64"},
 }
+# dpkg-query -W -f DPKG_QUERY_FORMAT libnuma-dev libibverbs-dev, before and after apt-get install libibverbs-dev.
+NUMA_ONLY = "libnuma-dev\tamd64\tii \t2.0.16-1\n"
+WITH_IBVERBS = NUMA_ONLY + "libibverbs-dev\tamd64\tii \t44.0-2\n"
 
 
 def key(**change):
@@ -50,6 +62,11 @@ def test_same_inputs_same_key():
         {"build_args": ["-Cbuild-dir=build", "--verbose"]},
         {"environment": {**BASE["environment"], "CMAKE_ARGS": "-DSGL_KERNEL_COMPILE_THREADS={threads}"}},
         {"environment": {**BASE["environment"], "TORCH_CUDA_ARCH_LIST": "12.0a"}},
+        {"compilers": {**BASE["compilers"], "CXX": "g++ (Debian 12.2.0-14+deb12u2) 12.2.0"}},
+        {"compilers": {**BASE["compilers"], "CC": "clang version 18.1.8"}},
+        {"compilers": {**BASE["compilers"], "CUDAHOSTCXX": "g++-12 (Debian 12.2.0-14) 12.2.0"}},
+        {"system_packages": {**BASE["system_packages"], "libnuma-dev": "2.0.18-1 amd64"}},
+        {"system_packages": {**BASE["system_packages"], "libibverbs-dev": "44.0-2 amd64"}},
         {"salt": "rebuild-2026-02"},
     ],
 )
@@ -83,3 +100,57 @@ def test_patch_order_matters_and_a_missing_final_newline_does_not():
 def test_dict_order_does_not_matter():
     reordered = dict(reversed(list(BASE["environment"].items())))
     assert key(environment=reordered) == key()
+
+
+def test_installing_libibverbs_dev_changes_the_key():
+    # mscclpp turns on its InfiniBand transport when it finds libibverbs-dev: another binary, another key.
+    names = ["libnuma-dev", "libibverbs-dev"]
+    before = dpkg_versions(names, NUMA_ONLY)
+    after = dpkg_versions(names, WITH_IBVERBS)
+    assert before == {"libibverbs-dev": "not installed", "libnuma-dev": "2.0.16-1 amd64"}
+    assert after["libibverbs-dev"] == "44.0-2 amd64"
+    assert key(system_packages=before) != key(system_packages=after)
+    assert key(system_packages=before) == key(system_packages=dpkg_versions(names, NUMA_ONLY))
+
+
+def test_the_declared_packages_order_and_repeats_do_not_change_the_key():
+    a = dpkg_versions(["libnuma-dev", "libibverbs-dev"], WITH_IBVERBS)
+    b = dpkg_versions(["libibverbs-dev", "libnuma-dev", "libibverbs-dev"], WITH_IBVERBS)
+    assert list(a) == list(b) == ["libibverbs-dev", "libnuma-dev"]
+    assert key(system_packages=a) == key(system_packages=b)
+    reordered = dict(reversed(list(BASE["compilers"].items())))
+    assert key(compilers=reordered) == key()
+
+
+def test_removed_packages_count_as_not_installed_and_arches_are_listed():
+    out = (
+        "libnuma-dev\tamd64\trc \t2.0.16-1\n"  # removed, configuration files left
+        "libibverbs-dev\tamd64\tii \t44.0-2\n"
+        "libibverbs-dev\ti386\tii \t44.0-2\n"
+        "garbage line\n"
+    )
+    got = dpkg_versions(["libnuma-dev", "libibverbs-dev"], out)
+    assert got == {"libibverbs-dev": "44.0-2 amd64, 44.0-2 i386", "libnuma-dev": "not installed"}
+    assert dpkg_versions([], out) == {}
+    assert "${Version}" in DPKG_QUERY_FORMAT and DPKG_QUERY_FORMAT.count("\t") == 3
+
+
+def test_compilers_are_the_ones_the_build_environment_names():
+    assert compiler_commands({}) == {"CC": "gcc", "CXX": "g++"}
+    assert compiler_commands({"CC": "/usr/local/bin/cc-logged", "CXX": "", "MAX_JOBS": "4"}) == {
+        "CC": "/usr/local/bin/cc-logged",
+        "CXX": "g++",
+    }
+    assert compiler_commands({"CUDAHOSTCXX": "g++-12", "NVCC_CCBIN": "/usr/bin/g++-12"}) == {
+        "CC": "gcc",
+        "CUDAHOSTCXX": "g++-12",
+        "CXX": "g++",
+        "NVCC_CCBIN": "/usr/bin/g++-12",
+    }
+
+
+def test_a_compiler_is_known_by_the_first_line_it_prints():
+    out = "\ngcc (Debian 12.2.0-14+deb12u1) 12.2.0\nCopyright (C) 2022 Free Software Foundation, Inc.\n"
+    assert compiler_version(out) == "gcc (Debian 12.2.0-14+deb12u1) 12.2.0"
+    assert compiler_version("", "clang version 18.1.8\n") == "clang version 18.1.8"
+    assert compiler_version("") == ""
