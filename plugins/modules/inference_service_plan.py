@@ -53,10 +53,12 @@ options:
     description: Default seconds a model load may take (a service's C(load_timeout_s) wins).
     type: int
     default: 2700
-  api_key:
-    description: Whether an API key is configured (the key itself never reaches this module).
-    type: bool
-    default: false
+  sglang_launcher:
+    description:
+      - Path of the role's SGLang launcher, which SGLang command lines run with the environment's Python. It
+        hands the API key from the environment to SGLang in-process, so that the key is on no command line.
+    type: path
+    default: /usr/local/libexec/inferhost/sglang-launch
   common_env:
     description: Environment variables for every service (a service's C(env) wins).
     type: dict
@@ -96,7 +98,7 @@ services:
       refusals: []
       warnings: []
       edits: []
-      exec_start: /opt/venvs/sglang/bin/python -m sglang.launch_server --model-path /srv/models/Qwen3.5 ...
+      exec_start: /opt/venvs/sglang/bin/python /usr/local/libexec/inferhost/sglang-launch --model-path /srv/models/Q ...
       environment: {CUDA_VISIBLE_DEVICES: "0,1,2,3,4,5,6,7"}
       environment_lines: ['"CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7"']
       secret_names: [INFERHOST_API_KEY]
@@ -171,10 +173,11 @@ def plan_one(params, service, units):
     url = (
         f"http://[{host}]:{service.get('port', 8000)}" if ":" in host else f"http://{host}:{service.get('port', 8000)}"
     )
-    argv = command.build_argv(service, api_key=params["api_key"], load_timeout_s=timeout)
+    argv = command.build_argv(service, load_timeout_s=timeout, sglang_launcher=params["sglang_launcher"])
     env = command.build_environment(service, unit=unit, load_timeout_s=timeout, common=params["common_env"])
     result.update(
         unit=unit,
+        engine=service.get("engine"),
         exec_start=command.systemd_command(argv),
         argv=command.display_argv(argv),
         environment=env,
@@ -198,7 +201,7 @@ def main():
             "gpu_count": {"type": "int"},
             "unit_prefix": {"type": "str", "default": "inference-"},
             "load_timeout_s": {"type": "int", "default": 2700},
-            "api_key": {"type": "bool", "default": False},
+            "sglang_launcher": {"type": "path", "default": "/usr/local/libexec/inferhost/sglang-launch"},
             "common_env": {"type": "dict", "default": {}},
             "fail_on_refusal": {"type": "bool", "default": True},
         },

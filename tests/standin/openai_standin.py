@@ -19,7 +19,10 @@ Behaviour (flags, or STANDIN_* environment variables for use from a systemd unit
 * ``--reasoning`` (STANDIN_REASONING=1): a reasoning model that first spends ``--reasoning-tokens``
   tokens on ``reasoning_content``; with a smaller ``max_tokens`` the answer is ``content: null`` and
   ``finish_reason: length``, as real reasoning models do.
-* ``--api-key`` (or INFERHOST_API_KEY/VLLM_API_KEY): the /v1 endpoints require ``Authorization: Bearer``.
+* ``--api-key``: the /v1 endpoints require ``Authorization: Bearer``. Like the real engines, a ``vllm serve``
+  command line also takes the key from ``VLLM_API_KEY``; an SGLang command line takes it only as ``--api-key``
+  (SGLang reads no environment variable for it), and logs its parsed arguments, key included, at start as
+  SGLang does (the role's SGLang launcher hides it).
 * ``--hold PATH`` (STANDIN_HOLD, colon-separated): keep these files open, as an engine keeps
   ``/dev/nvidia*`` open, so a GPU guard can see the process as a holder.
 * ``POST /standin/crash``: the crash switch; the process exits with status 3 right after answering.
@@ -30,6 +33,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
 import os
 import re
 import sys
@@ -81,7 +85,7 @@ def parse_args(argv):
     parser.add_argument("--served-model-name")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument("--api-key", default=os.environ.get("VLLM_API_KEY") or os.environ.get("INFERHOST_API_KEY"))
+    parser.add_argument("--api-key")
     parser.add_argument("--load-delay", type=float, default=env_default("STANDIN_LOAD_DELAY", 0.0, float))
     parser.add_argument("--ttft", type=float, default=env_default("STANDIN_TTFT", 0.02, float))
     parser.add_argument("--token-latency", type=float, default=env_default("STANDIN_TOKEN_LATENCY", 0.002, float))
@@ -91,10 +95,13 @@ def parse_args(argv):
     parser.add_argument("--answer-tokens", type=int, default=env_default("STANDIN_ANSWER_TOKENS", 24, int))
     parser.add_argument("--max-model-len", type=int, default=32768)
     parser.add_argument("--hold", action="append", default=[p for p in env_default("STANDIN_HOLD", "").split(":") if p])
-    served = None
+    served, engine = None, "sglang"
     if argv[:1] == ["serve"] and len(argv) > 1:  # vllm serve MODEL ...
-        served, argv = argv[1], argv[2:]
+        served, argv, engine = argv[1], argv[2:], "vllm"
     args, unknown = parser.parse_known_args(argv)
+    args.engine = engine
+    if engine == "vllm" and not args.api_key:
+        args.api_key = os.environ.get("VLLM_API_KEY") or None  # vLLM's own fallback; SGLang has none
     args.model_path = args.model_path or served or "standin-model"
     args.served_model_name = args.served_model_name or os.path.basename(args.model_path.rstrip("/"))
     args.ignored = unknown
@@ -302,6 +309,9 @@ def main(argv=None):
     server.daemon_threads = True
     host, port = server.server_address[:2]
     log(f"serving {args.model_path} as {args.served_model_name} on {host}:{port} (pid {os.getpid()})")
+    if args.engine == "sglang":  # SGLang logs its whole ServerArgs, the API key among them
+        logging.basicConfig(level=logging.INFO, format="standin %(message)s", stream=sys.stdout, force=True)
+        logging.getLogger("sglang.srt.entrypoints.engine").info(f"server_args={vars(args)!r}")
     if args.ignored:
         log(f"ignoring engine flags: {' '.join(args.ignored)}")
     threading.Thread(target=state.load, daemon=True).start()

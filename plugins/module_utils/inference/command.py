@@ -5,9 +5,11 @@ role owns (model, name, address, port, parallelism, KV-cache type, API key, load
 service fields; everything else comes from ``args`` as ``{flag: value}``: ``true`` gives a bare flag,
 ``false``/``null`` leaves it out, a list repeats values after one flag, a mapping becomes JSON.
 
-The API key never appears in the unit file: vLLM reads ``VLLM_API_KEY`` from the service's environment
-file; SGLang only takes ``--api-key``, so its command line refers to ``${INFERHOST_API_KEY}``, which
-systemd expands from that file at start.
+The API key is on no command line (every user reads ``/proc/<pid>/cmdline``) and not in the unit file:
+systemd loads it as root from the service's root-only secret file into the engine's environment, which
+only its owner and root can read. vLLM reads ``VLLM_API_KEY`` itself. SGLang takes the key only as
+``--api-key``, so an SGLang unit runs the role's launcher (``inferhost-sglang-launch``) with the
+environment's Python: it hands ``INFERHOST_API_KEY`` to SGLang in-process.
 """
 
 from __future__ import annotations
@@ -17,20 +19,12 @@ import os
 
 API_KEY_VAR = "INFERHOST_API_KEY"
 UNIT_MARKER_VAR = "INFERHOST_UNIT"
+SGLANG_LAUNCHER = "/usr/local/libexec/inferhost/sglang-launch"
 
 KV_CACHE_SPELLING = {
     "vllm": {"bf16": "bfloat16", "auto": "auto", "fp8": "fp8", "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2"},
     "sglang": {"bf16": "bf16", "auto": "auto", "fp8": "fp8_e4m3", "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2"},
 }
-
-
-class EnvRef(str):
-    """An argument that systemd must expand from the environment (``${NAME}``), never quoted."""
-
-    __slots__ = ()
-
-    def __new__(cls, name):
-        return super().__new__(cls, "${" + name + "}")
 
 
 def served_name(service):
@@ -55,8 +49,8 @@ def _args(extra):
     return out
 
 
-def build_argv(service, *, api_key=False, load_timeout_s=2700):
-    """The engine's argv (a list of str; an ``EnvRef`` element is expanded by systemd)."""
+def build_argv(service, *, load_timeout_s=2700, sglang_launcher=SGLANG_LAUNCHER):
+    """The engine's argv (a list of str). It never holds the API key (see the module's docstring)."""
     engine = service["engine"]
     if engine not in KV_CACHE_SPELLING:
         raise ValueError(f"unknown engine {engine!r}")
@@ -77,15 +71,13 @@ def build_argv(service, *, api_key=False, load_timeout_s=2700):
             argv.append("--enable-expert-parallel")
         argv += ["--kv-cache-dtype", kv]
     else:
-        argv = [f"{venv}/bin/python", "-m", "sglang.launch_server", "--model-path", str(service["model"]["path"])]
+        argv = [f"{venv}/bin/python", sglang_launcher, "--model-path", str(service["model"]["path"])]
         argv += [*common, "--tp-size", str(tp)]
         if service.get("expert_parallel"):
             argv += ["--ep-size", str(tp)]
         # torch.distributed waits at init for the slowest rank's load: raise it above the load time.
         argv += ["--kv-cache-dtype", kv, "--dist-timeout", str(int(load_timeout_s))]
     argv += _args(service.get("args"))
-    if api_key and engine == "sglang":
-        argv += ["--api-key", EnvRef(API_KEY_VAR)]
     return argv
 
 
@@ -105,9 +97,7 @@ def build_environment(service, *, unit, load_timeout_s=2700, common=None):
 
 
 def systemd_quote(arg):
-    """Quote one argument for ExecStart= (systemd.service "Command lines")."""
-    if isinstance(arg, EnvRef):
-        return str(arg)
+    """Quote one argument for ExecStart= (systemd.service "Command lines"); nothing is left to expand."""
     text = str(arg).replace("%", "%%").replace("$", "$$")
     if text and not any(c in text for c in " \t\n\"'\\;"):
         return text
@@ -120,7 +110,7 @@ def systemd_command(argv):
 
 
 def secret_names(service):
-    """Variables that carry the API key: the readiness probe's, and vLLM's own."""
+    """Variables that carry the API key: the probe's and the SGLang launcher's, and vLLM's own."""
     return [API_KEY_VAR, "VLLM_API_KEY"] if service["engine"] == "vllm" else [API_KEY_VAR]
 
 
@@ -137,5 +127,5 @@ def env_file_line(name, value):
 
 
 def display_argv(argv):
-    """The argv for humans and logs: references stay as ``${NAME}``, values are never expanded."""
+    """The argv for humans and logs (it holds no secret)."""
     return [str(a) for a in argv]

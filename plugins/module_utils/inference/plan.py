@@ -45,6 +45,13 @@ MANAGED_FLAGS = {
     "kv-cache-dtype": "kv_cache_dtype",
     "api-key": "the API key (inference_service_api_key)",
 }
+# Secrets as flags: every user of the machine reads a command line in /proc/<pid>/cmdline.
+SECRET_FLAGS = {
+    "admin-api-key": "the role gives no admin key; leave SGLang's admin endpoints off",
+    "hf-token": "keep HF_TOKEN in a root-only file listed in inference_service_environment_files",
+}
+# Secrets as env: the unit file is world-readable and `systemctl show` prints its Environment= lines.
+SECRET_ENV = re.compile(r"(API_?KEY|TOKEN|SECRET|PASSWORD|PASSWD)$", re.IGNORECASE)
 UNQUANTIZED_KV = ("bf16", "bfloat16", "fp16", "float16", "auto")
 
 
@@ -92,6 +99,36 @@ def tensor_parallel_size(service):
 
 
 # --- the service data -----------------------------------------------------------------------------
+
+
+def check_secrets(service):
+    """Secrets the service data would put on a command line or in the world-readable unit file."""
+    out = []
+    for key in service.get("args") or {}:
+        fix = SECRET_FLAGS.get(flag_name(key))
+        if fix:
+            out.append(
+                refusal(
+                    "service",
+                    f"args.{key}",
+                    f"args sets --{flag_name(key)}, a secret on the command line, which every user of the machine "
+                    "reads in /proc/<pid>/cmdline",
+                    f"remove it from args; {fix}",
+                )
+            )
+    for key in service.get("env") or {}:
+        if SECRET_ENV.search(str(key)):
+            out.append(
+                refusal(
+                    "service",
+                    f"env.{key}",
+                    f"env sets {key}, which looks like a secret: env goes into the unit file, which every user "
+                    "can read (and `systemctl show` prints)",
+                    "remove it from env; the API key is inference_service_api_key (the role keeps it in a root-only "
+                    "file), other secrets go in a root-only file listed in inference_service_environment_files",
+                )
+            )
+    return out
 
 
 def check_service_data(service, gpu_count=None):
@@ -145,6 +182,7 @@ def check_service_data(service, gpu_count=None):
                     f"remove it from args and set {field}",
                 )
             )
+    out += check_secrets(service)
     for key in service.get("env") or {}:
         if not ENV_NAME.match(str(key)):
             out.append(

@@ -4,7 +4,7 @@ import shlex
 
 import pytest
 from inference.command import (
-    EnvRef,
+    SGLANG_LAUNCHER,
     build_argv,
     build_environment,
     env_file_line,
@@ -28,11 +28,11 @@ def test_vllm_reference_command(services):
 
 
 def test_sglang_reference_command(services):
-    argv = build_argv(services["qwen35"], api_key=True, load_timeout_s=1800)
-    assert argv[:5] == [
+    argv = build_argv(services["qwen35"], load_timeout_s=1800)
+    # The launcher hands the key from the environment to SGLang in-process: no --api-key on the command line.
+    assert argv[:4] == [
         "/opt/venvs/sglang/bin/python",
-        "-m",
-        "sglang.launch_server",
+        SGLANG_LAUNCHER,
         "--model-path",
         "/srv/models/Qwen3.5-397B-A17B-NVFP4",
     ]
@@ -40,8 +40,12 @@ def test_sglang_reference_command(services):
     assert "--tp-size 8 --kv-cache-dtype bf16 --dist-timeout 1800" in joined
     assert "--attention-backend triton --moe-runner-backend flashinfer_cutlass" in joined
     assert "--fp4-gemm-backend flashinfer_cudnn --disable-custom-all-reduce" in joined
-    assert argv[-2:] == ["--api-key", "${INFERHOST_API_KEY}"]
-    assert isinstance(argv[-1], EnvRef)
+    assert "--api-key" not in argv and "INFERHOST_API_KEY" not in joined
+
+
+def test_sglang_launcher_path_is_a_parameter(services):
+    argv = build_argv(services["qwen35"], sglang_launcher="/opt/x/launch")
+    assert argv[:2] == ["/opt/venvs/sglang/bin/python", "/opt/x/launch"]
 
 
 def test_expert_parallel_for_sglang_sets_ep_size(services):
@@ -118,7 +122,7 @@ def test_secret_names_per_engine(services):
         ("$HOME", "$$HOME"),
         ("back\\slash", '"back\\\\slash"'),
         ("", '""'),
-        (EnvRef("KEY"), "${KEY}"),
+        ("${KEY}", "$${KEY}"),
     ],
 )
 def test_systemd_quoting(arg, quoted):

@@ -37,12 +37,16 @@ def plan_args(services, **kw):
 
 
 def test_reference_services_planned_with_units_and_conflicts(services):
-    result = run_module(PLAN, plan_args(services, api_key=True))
+    result = run_module(PLAN, plan_args(services))
     assert not result.get("failed"), result.get("msg")
     by_name = {s["name"]: s for s in result["services"]}
     assert by_name["qwen35"]["unit"] == "inference-qwen35.service"
     assert by_name["qwen35"]["conflicts"] == ["inference-kimi-k25.service", "inference-minimax-m25.service"]
-    assert by_name["qwen35"]["exec_start"].endswith("--api-key ${INFERHOST_API_KEY}")
+    assert by_name["qwen35"]["exec_start"].startswith(
+        "/opt/venvs/sglang/bin/python /usr/local/libexec/inferhost/sglang-launch --model-path "
+    )
+    assert "--api-key" not in by_name["qwen35"]["exec_start"]
+    assert by_name["qwen35"]["engine"] == "sglang"
     assert '"CUDA_VISIBLE_DEVICES=0,1,2,3"' in by_name["minimax-m25"]["environment_lines"]
 
 

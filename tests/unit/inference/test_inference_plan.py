@@ -250,6 +250,10 @@ def test_auto_kv_cache_without_declaration_is_accepted(services):
         ({"gpus": [8, 9]}, "gpus", "beyond the 8 of this machine"),
         ({"env": {"BAD-NAME": "1"}}, "env.BAD-NAME", "is invalid"),
         ({"port": 70000}, "port", "not a TCP port"),
+        ({"args": {"admin-api-key": "x"}}, "args.admin-api-key", "a secret on the command line"),
+        ({"args": {"hf_token": "x"}}, "args.hf_token", "reads in /proc/<pid>/cmdline"),
+        ({"env": {"HF_TOKEN": "x"}}, "env.HF_TOKEN", "looks like a secret"),
+        ({"env": {"VLLM_API_KEY": "x"}}, "env.VLLM_API_KEY", "every user can read"),
     ],
 )
 def test_service_data_errors(services, changes, ident, text):
@@ -333,3 +337,8 @@ def test_the_suggested_tp_size_passes_the_gpu_list_check(services):
     assert hit["fix"] == "tensor_parallel_size 2 and gpus [0, 1]"
     fixed = variant(services, "minimax-m25", gpus=[0, 1], tensor_parallel_size=2)
     assert plan_service(fixed, config=config, gpu_count=8)["refusals"] == []
+
+
+def test_environment_names_that_only_contain_a_secret_word_are_accepted(services):
+    service = variant(services, "minimax-m25", env={"TOKENIZERS_PARALLELISM": "false", "KEY_CACHE_DIR": "/x"})
+    assert plan(service, REFERENCE["minimax-m25"])["refusals"] == []

@@ -165,6 +165,35 @@ def test_api_key_and_model_name_are_enforced(standin):
     assert server.request("/v1/chat/completions", body, key="s3cret")[0] == 404
 
 
+def test_vllm_command_line_takes_the_key_from_vllm_api_key(standin):
+    server = standin("serve", "/m/M", env={"VLLM_API_KEY": "s3cret", "INFERHOST_API_KEY": ""})
+    server.wait_ready()
+    assert server.request("/v1/models")[0] == 401
+    assert server.request("/v1/models", key="s3cret")[0] == 200
+
+
+@pytest.mark.parametrize("variable", ["INFERHOST_API_KEY", "VLLM_API_KEY", "SGLANG_API_KEY"])
+def test_sglang_command_line_reads_no_key_from_the_environment(standin, variable):
+    """Like SGLang: only --api-key sets the key, so a key in the environment alone protects nothing."""
+    server = standin("--model-path", "/m/M", env={variable: "s3cret"})
+    server.wait_ready()
+    assert server.request("/v1/models")[0] == 200
+
+
+def test_vllm_command_line_ignores_the_probes_variable(standin):
+    server = standin("serve", "/m/M", env={"INFERHOST_API_KEY": "s3cret", "VLLM_API_KEY": ""})
+    server.wait_ready()
+    assert server.request("/v1/models")[0] == 200
+
+
+def test_sglang_command_line_logs_its_arguments_key_included_as_sglang_does(standin):
+    server = standin("--model-path", "/m/M", "--api-key", "s3cret")
+    server.wait_ready()
+    assert server.request("/v1/models")[0] == 401
+    log = server.stop()
+    assert "server_args=" in log and "'api_key': 's3cret'" in log
+
+
 def test_crash_switch_exits_with_failure(standin):
     server = standin("serve", "/m/M")
     server.wait_ready()
