@@ -6,6 +6,9 @@ seconds for the build to end and returns its status, elapsed time and log tail. 
 prints, on the controller, one line with the elapsed time and the log lines that are new since the
 previous poll. The build itself runs detached (started with async), so a dropped connection only stops
 the watching: the next run of the play attaches to the same build.
+
+With ``name_dir`` instead of ``job_dir`` it follows the build of that name that runs now, whatever its
+key, and returns at once, printing nothing, when none runs (status ``idle``).
 """
 
 from __future__ import annotations
@@ -30,17 +33,18 @@ def new_lines(previous, current):
 
 
 class ActionModule(ActionBase):
-    _VALID_ARGS = frozenset(("job_dir", "name", "timeout", "interval", "lines"))
+    _VALID_ARGS = frozenset(("job_dir", "name_dir", "name", "timeout", "interval", "lines"))
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         args = dict(self._task.args)
-        if not args.get("job_dir"):
-            raise AnsibleActionFail("source_build_wait needs job_dir")
+        if bool(args.get("job_dir")) == bool(args.get("name_dir")):
+            raise AnsibleActionFail("source_build_wait needs one of job_dir (a key's build) and name_dir (a name's)")
+        where = {"job_dir": args["job_dir"]} if args.get("job_dir") else {"name_dir": args["name_dir"]}
         timeout = int(args.get("timeout", 36000))
         interval = max(1, int(args.get("interval", 60)))
         lines = int(args.get("lines", 15))
-        name = args.get("name") or args["job_dir"]
+        name = args.get("name") or next(iter(where.values()))
         host = task_vars.get("inventory_hostname", "?")
         start = time.monotonic()
         shown = []
@@ -49,20 +53,23 @@ class ActionModule(ActionBase):
             wait = 0 if self._task.check_mode else min(interval, max(0, int(timeout - waited)))
             report = self._execute_module(
                 module_name="source_build_wait",
-                module_args={"job_dir": args["job_dir"], "wait": wait, "lines": lines},
+                module_args={**where, "wait": wait, "lines": lines},
                 task_vars=task_vars,
             )
             if report.get("failed"):
                 raise AnsibleActionFail(f"following the build of {name} failed: {report.get('msg')}")
+            for key in ("status", "done", "elapsed", "elapsed_human", "rc", "reason", "wheel", "log", "tail", "key"):
+                result[key] = report.get(key)
+            result["changed"] = False
+            if report.get("status") == "idle":
+                return result
             tail = report.get("tail") or []
             fresh = new_lines(shown, tail)
             shown = tail
-            display.display(f"{host} {name}: {report.get('status')} for {report.get('elapsed_human') or '?'}")
+            of_key = f" (key {report['key']}, started by another run)" if report.get("key") else ""
+            display.display(f"{host} {name}{of_key}: {report.get('status')} for {report.get('elapsed_human') or '?'}")
             for line in fresh:
                 display.display(f"    {line}")
-            for key in ("status", "done", "elapsed", "elapsed_human", "rc", "reason", "wheel", "log", "tail"):
-                result[key] = report.get(key)
-            result["changed"] = False
             if report.get("done") or self._task.check_mode:
                 return result
             if time.monotonic() - start >= timeout:

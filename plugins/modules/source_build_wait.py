@@ -13,12 +13,17 @@ description:
   - Waits up to O(wait) seconds for the build in O(job_dir) to end, then returns. Called in a loop by the
     role, each return shows progress; a play that lost its connection attaches to a running build the same way.
   - A build whose process is gone without having written its result is reported as C(lost).
+  - With O(name_dir) instead of O(job_dir), follows the build of that name that runs now, whatever its key
+    (C(idle) when none runs): the checkout and build directory belong to the name, so a play waits for it
+    before it touches them.
   - Read-only; runs the same in check mode.
 options:
   job_dir:
-    description: The cache directory of the key.
+    description: The cache directory of the key. One of O(job_dir) and O(name_dir) is required.
     type: path
-    required: true
+  name_dir:
+    description: The cache directory of the build name (C(<cache>/<name>)), to follow whichever key of it is building.
+    type: path
   wait:
     description: Seconds to wait for the end of the build before reporting.
     type: int
@@ -41,12 +46,23 @@ EXAMPLES = r"""
     job_dir: "{{ plan.job_dir }}"
     wait: 60
   register: progress
+
+- name: Follow the build of flash-attn that runs now, if any
+  source_build_wait:
+    name_dir: /var/cache/inferhost/wheels/flash-attn
+    wait: 60
 """
 
 RETURN = r"""
 status:
-  description: running, cached (finished with its wheel), failed, lost or absent.
+  description:
+    - running, cached (finished with its wheel), failed, lost or absent.
+    - idle when O(name_dir) has no build running.
   returned: always
+  type: str
+key:
+  description: The key of the build followed (O(name_dir) only; null when idle).
+  returned: with name_dir
   type: str
 done:
   description: False while the build runs.
@@ -71,13 +87,20 @@ log:
 def main():
     module = AnsibleModule(
         argument_spec={
-            "job_dir": {"type": "path", "required": True},
+            "job_dir": {"type": "path"},
+            "name_dir": {"type": "path"},
             "wait": {"type": "int", "default": 60},
             "lines": {"type": "int", "default": 15},
         },
+        mutually_exclusive=[("job_dir", "name_dir")],
+        required_one_of=[("job_dir", "name_dir")],
         supports_check_mode=True,
     )
-    report = buildjob.wait(module.params["job_dir"], module.params["wait"], lines=module.params["lines"])
+    p = module.params
+    if p["name_dir"]:
+        report = buildjob.wait_name(p["name_dir"], p["wait"], lines=p["lines"])
+    else:
+        report = buildjob.wait(p["job_dir"], p["wait"], lines=p["lines"])
     module.exit_json(changed=False, **report)
 
 

@@ -6,6 +6,16 @@ time and the log's last lines for the play to show. A second play that finds the
 attaches to it instead of starting another (the lock says so); a job whose process died without
 writing its end state is reported as ``lost``.
 
+One build per name at a time, whatever its key: the checkout, the build environment and the build
+directory belong to the name, so a build of another key (a changed ref or patch) would rewrite the
+tree under the running one and its ``clean_paths`` would delete its build directory. ``run`` holds
+the name's lock for the whole build and refuses while another build of the name runs; the role waits
+for such a build (``wait_name``) before it touches the checkout.
+
+Name directory, ``<cache>/<name>/``:
+
+    .build.lock  flock held by the build of this name that runs (hidden: a listing shows the keys only)
+
 Job directory layout, ``<cache>/<name>/<key>/``:
 
     build.lock   flock held for as long as the build runs
@@ -28,13 +38,14 @@ import time
 STATE = "state.json"
 LOG = "build.log"
 LOCK = "build.lock"
+NAME_LOCK = ".build.lock"
 INFO = "build.json"
 STAGING = ".staging"
 LOST = "lost: the build process ended without writing its result (machine rebooted, or killed)"
 
 
 class JobError(Exception):
-    """The build cannot start (already running, bad directory)."""
+    """The build cannot start (a build of its name already running, bad directory)."""
 
 
 def _write_json(path, data):
@@ -106,29 +117,87 @@ def tail(path, lines=15, max_bytes=65536):
     return out[-lines:] if lines else []
 
 
+def name_dir_of(job_dir):
+    """``<cache>/<name>`` of a job directory ``<cache>/<name>/<key>``."""
+    return os.path.dirname(os.path.normpath(job_dir))
+
+
+def running_job(name_dir):
+    """The job directory of the build of this name that runs now, whatever its key; None when none runs."""
+    try:
+        entries = sorted(os.listdir(name_dir))
+    except FileNotFoundError:
+        return None
+    for entry in entries:
+        path = os.path.join(name_dir, entry)
+        if os.path.isdir(path) and is_locked(path):
+            return path
+    return None
+
+
+def _try_lock(path):
+    """An open file holding an exclusive flock on ``path``, or None when another process holds it."""
+    handle = open(path, "a", encoding="utf-8")  # noqa: SIM115 (returned to be held)
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        return None
+    return handle
+
+
+def _release(handle):
+    fcntl.flock(handle, fcntl.LOCK_UN)
+    handle.close()
+
+
+def _refuse(job_dir, other):
+    """Raise JobError naming the running build; leave the reason in this key's state when it is another key."""
+    name_dir = name_dir_of(job_dir)
+    name = os.path.basename(name_dir)
+    if other is None or os.path.normpath(other) == os.path.normpath(job_dir):
+        raise JobError(f"a build of {name} is already running in {other or name_dir}")
+    reason = (
+        f"a build of {name} is already running in {other} (key {os.path.basename(other)}); the checkout and "
+        "build directory are the name's, so this key builds after it ends: run the play again then"
+    )
+    if (read_state(job_dir) or {}).get("status") != "succeeded":
+        now = time.time()
+        _write_json(
+            os.path.join(job_dir, STATE), {"status": "failed", "started": now, "finished": now, "reason": reason}
+        )
+    raise JobError(reason)
+
+
 def run(job_dir, *, argv, cwd, env, info, timeout_s, clean_paths=()):
     """Run one build to completion (the async job's body). Returns the final state dict.
 
     ``{staging}`` in argv is the directory the build must write its wheel to; ``clean_paths`` (relative
     to cwd) are removed first, for build systems whose incremental state does not track every input.
+    Refused (JobError) while a build of the same name runs, whatever its key.
     """
     os.makedirs(job_dir, exist_ok=True)
-    lock = open(os.path.join(job_dir, LOCK), "a", encoding="utf-8")  # noqa: SIM115 (held for the whole build)
+    name_dir = name_dir_of(job_dir)
+    name_lock = _try_lock(os.path.join(name_dir, NAME_LOCK))
+    if name_lock is None:
+        _refuse(job_dir, running_job(name_dir))
     try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        lock.close()
-        raise JobError(f"a build is already running in {job_dir}") from None
-    try:
-        staging = _prepare(job_dir, cwd, clean_paths)
-        argv = [a.replace("{staging}", staging) for a in argv]
-        state = {"status": "running", "pid": os.getpid(), "started": time.time(), "command": argv}
-        _write_json(os.path.join(job_dir, STATE), state)
-        rc, reason = _execute(job_dir, argv, cwd, env, info, timeout_s, state)
-        return _finish(job_dir, staging, info, state, rc, reason)
+        # A key lock without the name's: a build started before the name had a lock still runs.
+        other = running_job(name_dir)
+        lock = None if other else _try_lock(os.path.join(job_dir, LOCK))
+        if lock is None:
+            _refuse(job_dir, other)
+        try:
+            staging = _prepare(job_dir, cwd, clean_paths)
+            argv = [a.replace("{staging}", staging) for a in argv]
+            state = {"status": "running", "pid": os.getpid(), "started": time.time(), "command": argv}
+            _write_json(os.path.join(job_dir, STATE), state)
+            rc, reason = _execute(job_dir, argv, cwd, env, info, timeout_s, state)
+            return _finish(job_dir, staging, info, state, rc, reason)
+        finally:
+            _release(lock)
     finally:
-        fcntl.flock(lock, fcntl.LOCK_UN)
-        lock.close()
+        _release(name_lock)
 
 
 def _prepare(job_dir, cwd, clean_paths):
@@ -225,6 +294,31 @@ def wait(job_dir, wait_s, *, poll_s=2.0, lines=15, clock=time.monotonic, sleep=t
         "log": os.path.join(job_dir, LOG),
         "tail": tail(os.path.join(job_dir, LOG), lines),
     }
+
+
+def wait_name(name_dir, wait_s, **kwargs):
+    """wait() for the build of this name that runs now, whatever its key; ``idle`` when none runs.
+
+    The report adds ``job_dir`` and ``key`` of the build followed (None when idle).
+    """
+    job_dir = running_job(name_dir)
+    if job_dir is None:
+        return {
+            "status": "idle",
+            "done": True,
+            "elapsed": None,
+            "elapsed_human": "",
+            "rc": None,
+            "reason": "",
+            "wheel": None,
+            "log": None,
+            "tail": [],
+            "job_dir": None,
+            "key": None,
+        }
+    report = wait(job_dir, wait_s, **kwargs)
+    report.update(job_dir=job_dir, key=os.path.basename(job_dir))
+    return report
 
 
 def format_elapsed(seconds):

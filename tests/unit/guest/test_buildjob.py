@@ -1,5 +1,6 @@
 """The detached build job: state, log, lock, wheel hand-over, and the poller's view of it."""
 
+import fcntl
 import json
 import os
 import sys
@@ -101,6 +102,79 @@ def test_a_second_build_of_the_same_key_is_refused_while_one_runs(tmp_path):
     assert report["status"] == "running" and not report["done"] and report["elapsed"] is not None
     thread.join()
     assert buildjob.wait(str(job), wait_s=5)["status"] == "failed"  # no wheel: the fake build made none
+
+
+def running_in_thread(job, tmp_path, seconds):
+    """Start a sleeping build of ``job`` in a thread; return the thread once the build holds its lock."""
+    thread = threading.Thread(target=sleeper, args=(job, tmp_path, seconds))
+    thread.start()
+    deadline = time.monotonic() + 5
+    while not buildjob.is_locked(str(job)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert buildjob.status(str(job)) == "running"
+    return thread
+
+
+def test_a_build_of_another_key_is_refused_while_one_of_its_name_runs(tmp_path):
+    # A rerun with a changed ref or patch has another key, but the same checkout and build directory.
+    name_dir = tmp_path / "cache" / "sgl-kernel"
+    first, second = name_dir / "key1", name_dir / "key2"
+    (tmp_path / "build").mkdir()
+    (tmp_path / "build" / "CMakeCache.txt").write_text("the running build's tree\n")
+    thread = running_in_thread(first, tmp_path, 3)
+    try:
+        with pytest.raises(buildjob.JobError, match=r"a build of sgl-kernel is already running in .*key1 \(key key1\)"):
+            buildjob.run(
+                str(second), argv=["true"], cwd=str(tmp_path), env=dict(os.environ), info={}, timeout_s=30,
+                clean_paths=["build"],
+            )  # fmt: skip
+        # Nothing of the running build was touched; the refused key says why it did not build.
+        assert (tmp_path / "build" / "CMakeCache.txt").exists()
+        assert buildjob.status(str(first)) == "running"
+        assert buildjob.status(str(second)) == "failed"
+        assert "key1" in buildjob.read_state(str(second))["reason"]
+        assert buildjob.running_job(str(name_dir)) == str(first)
+    finally:
+        thread.join()
+    assert buildjob.running_job(str(name_dir)) is None
+    # Once it has ended, the other key builds.
+    assert start(second, tmp_path)["status"] == "succeeded"
+
+
+def test_a_build_holding_only_its_key_lock_still_blocks_its_name(tmp_path):
+    # A build started before names had a lock holds its key's lock alone.
+    name_dir = tmp_path / "flash-attn"
+    old = name_dir / "old"
+    old.mkdir(parents=True)
+    with open(old / "build.lock", "a", encoding="utf-8") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with pytest.raises(buildjob.JobError, match="already running"):
+            start(name_dir / "new", tmp_path)
+    assert start(name_dir / "new", tmp_path)["status"] == "succeeded"
+
+
+def test_wait_name_follows_the_running_build_of_the_name_whatever_its_key(tmp_path):
+    name_dir = tmp_path / "flash-attn"
+    assert buildjob.wait_name(str(name_dir), 0)["status"] == "idle"  # no cache directory yet
+    start(name_dir / "done", tmp_path)
+    idle = buildjob.wait_name(str(name_dir), 0)
+    assert idle["status"] == "idle" and idle["done"] and idle["key"] is None
+    thread = running_in_thread(name_dir / "key2", tmp_path, 1)
+    try:
+        report = buildjob.wait_name(str(name_dir), 0.1, poll_s=0.05)
+        assert report["status"] == "running" and not report["done"] and report["key"] == "key2"
+        final = buildjob.wait_name(str(name_dir), 10, poll_s=0.05)
+    finally:
+        thread.join()
+    # It ended while followed: its end is reported (the fake build made no wheel).
+    assert final["done"] and final["status"] == "failed" and final["key"] == "key2"
+
+
+def test_the_name_lock_is_hidden_from_a_listing_of_the_keys(tmp_path):
+    name_dir = tmp_path / "demo-ext"
+    start(name_dir / "k1", tmp_path)
+    assert (name_dir / buildjob.NAME_LOCK).exists()
+    assert [e for e in os.listdir(name_dir) if not e.startswith(".")] == ["k1"]
 
 
 def test_wait_reports_tail_and_elapsed_of_a_finished_build(tmp_path):

@@ -1,6 +1,7 @@
-"""Module source_build_plan on a real checkout: what its key and its job count are made of."""
+"""Modules source_build_plan (on a real checkout: what its key and its job count are made of) and source_build_wait."""
 
 import contextlib
+import fcntl
 import importlib.util
 import io
 import json
@@ -11,6 +12,7 @@ from pathlib import Path
 import ansible.module_utils
 import pytest
 from ansible.module_utils.testing import patch_module_args
+from guest_env import buildjob
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -26,6 +28,7 @@ def load_module(name):
 
 
 PLAN = load_module("source_build_plan")
+WAIT = load_module("source_build_wait")
 
 
 def run_module(module, args):
@@ -135,3 +138,27 @@ def test_an_arch_list_variable_the_environment_does_not_set_is_refused(machine):
     empty = {**args["environment"], "FLASH_ATTN_CUDA_ARCHS": ""}
     got = run_module(PLAN, {**args, "environment": empty, "arch_list_variable": "FLASH_ATTN_CUDA_ARCHS"})
     assert got["failed"] and "no architecture" in got["msg"]
+
+
+def test_waiting_on_a_name_with_no_build_running_is_idle(tmp_path):
+    got = run_module(WAIT, {"name_dir": str(tmp_path / "cache" / "flash-attn"), "wait": 0})
+    assert not got.get("failed") and got["status"] == "idle" and got["done"] and not got["changed"]
+
+
+def test_waiting_on_a_name_follows_its_running_build(tmp_path):
+    name_dir = tmp_path / "cache" / "flash-attn"
+    job = name_dir / "key1"
+    job.mkdir(parents=True)
+    (job / "state.json").write_text(json.dumps({"status": "running", "started": 1.0}))
+    with open(job / "build.lock", "a", encoding="utf-8") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        got = run_module(WAIT, {"name_dir": str(name_dir), "wait": 0})
+    assert got["status"] == "running" and not got["done"] and got["key"] == "key1"
+    assert buildjob.running_job(str(name_dir)) is None
+
+
+def test_wait_takes_a_key_or_a_name_not_both(tmp_path):
+    both = run_module(WAIT, {"job_dir": str(tmp_path / "a"), "name_dir": str(tmp_path), "wait": 0})
+    assert both["failed"] and "mutually exclusive" in both["msg"]
+    neither = run_module(WAIT, {"wait": 0})
+    assert neither["failed"] and "one of the following is required" in neither["msg"]
