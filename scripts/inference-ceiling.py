@@ -30,6 +30,7 @@ COLUMNS = [
     ("expert_parallel", "EP"),
     ("weights_gb_per_token", "GB read / token"),
     ("weights_gb_per_gpu", "GB / GPU"),
+    ("replicated_gb_per_gpu", "of which whole on every GPU"),
     ("memory_ms", "memory ms"),
     ("collectives", "collectives"),
     ("collective_us", "us each"),

@@ -12,7 +12,9 @@ At batch size 1 a decode step is bound by two things that cannot overlap much:
 
 Weights per token are the model's *active* parameters minus the input embedding table (a lookup reads
 one row), with the quantized part at its bytes per parameter (scales included) and the rest at BF16.
-With tensor parallelism each GPU reads 1/tp of it. With expert parallelism each GPU holds whole experts,
+With tensor parallelism each GPU reads 1/tp of it, except the weights the engines keep whole on every
+rank (``modelconfig.replicated_params``: MLA down-projections, the MoE router, a sparse-attention
+indexer), which every GPU reads in full. With expert parallelism each GPU holds whole experts,
 and a token's k routed experts land unevenly: the step waits for the busiest GPU, so the routed part
 costs E[max experts on one GPU] experts instead of k/tp (uniform routing assumed). That is why expert
 parallel is slower for a single stream on PCIe-only GPUs.
@@ -119,11 +121,17 @@ class Model:
         kv_values_per_token=0,
         kv_heads=None,
         kv_sharded=True,
+        replicated_params=0,
+        replicated_quantized_params=0,
+        total_routed_params=None,
     ):
         if active_params <= embedding_params:
             raise CeilingError(f"model {name}: active parameters must exceed the embedding table")
         if quantized_params > active_params - embedding_params:
             raise CeilingError(f"model {name}: quantized parameters exceed the active weights read per token")
+        non_expert = active_params - embedding_params - routed_params
+        if not 0 <= replicated_quantized_params <= replicated_params <= non_expert:
+            raise CeilingError(f"model {name}: replicated parameters exceed the non-expert weights read per token")
         self.name = name
         self.layers = layers
         self.hidden_size = hidden_size
@@ -139,6 +147,9 @@ class Model:
         self.kv_values_per_token = kv_values_per_token
         self.kv_heads = kv_heads
         self.kv_sharded = kv_sharded
+        self.replicated_params = float(replicated_params)
+        self.replicated_quantized_params = float(replicated_quantized_params)
+        self.total_routed_params = float(routed_params if total_routed_params is None else total_routed_params)
         bytes_per_param(quantization)
         bytes_per_param(dense_dtype)
 
@@ -151,6 +162,10 @@ class Model:
         ``quantized`` (``routed_experts``: only the routed experts are stored quantized, the rest BF16;
         ``all_linear``: every linear layer except the output head is quantized; or a number of billions);
         optional ``dense_dtype`` (default ``bf16``) and ``collectives_per_layer`` (default 2).
+
+        The parameters every rank keeps whole come from ``modelconfig.replicated_params``. The router stays
+        in high precision in every checkpoint; with ``all_linear`` the MLA down-projections and the indexer
+        are quantized like every other linear layer.
         """
         cfg = modelconfig.text_config(config)
         try:
@@ -165,7 +180,11 @@ class Model:
         embedding = float(vocab * hidden)
         k = modelconfig.experts_per_token(cfg) or 0
         inter = modelconfig.expert_intermediate_size(cfg) or 0
-        routed = float(k * 3 * hidden * inter * modelconfig.moe_layers(cfg))
+        expert = 3 * hidden * inter * modelconfig.moe_layers(cfg)
+        routed = float(k * expert)
+        parts = modelconfig.replicated_params(cfg)
+        replicated = float(sum(parts.values()))
+        replicated_quantized = 0.0
         scope = facts.get("quantized", "routed_experts")
         if facts["quantization"] in ("bf16", "fp16"):
             quantized = 0.0
@@ -173,7 +192,8 @@ class Model:
             quantized = routed
         elif scope == "all_linear":
             head = 0 if config.get("tie_word_embeddings") else embedding
-            quantized = active - embedding - head
+            quantized = active - embedding - head - parts["router"]
+            replicated_quantized = float(parts["mla_down"] + parts["indexer"])
         else:
             quantized = float(scope) * 1e9
         if modelconfig.is_mla(cfg):
@@ -199,6 +219,9 @@ class Model:
             kv_values_per_token=kv_values,
             kv_heads=kv_heads,
             kv_sharded=sharded,
+            replicated_params=replicated,
+            replicated_quantized_params=replicated_quantized,
+            total_routed_params=float((modelconfig.num_experts(cfg) or 0) * expert),
         )
 
     def weight_bytes(self):
@@ -210,6 +233,19 @@ class Model:
         other_quantized = self.quantized_params - routed_quantized
         other_dense = self.active_params - self.embedding_params - self.routed_params - other_quantized
         return routed, other_quantized * q + other_dense * d
+
+    def replicated_bytes(self):
+        """Bytes of the weights every tensor-parallel rank holds whole (and reads whole for each token)."""
+        q = bytes_per_param(self.quantization)
+        d = bytes_per_param(self.dense_dtype)
+        return self.replicated_quantized_params * q + (self.replicated_params - self.replicated_quantized_params) * d
+
+    def stored_bytes(self):
+        """Bytes of all the weights (every expert, the input embedding), all GPUs together: an estimate of
+        the checkpoint's size from the active parameters and the config."""
+        routed, other = self.weight_bytes()
+        per_routed = routed / self.routed_params if self.routed_params else 0.0
+        return self.total_routed_params * per_routed + other + self.embedding_params * bytes_per_param(self.dense_dtype)
 
     def kv_bytes_per_gpu(self, tp, dtype_bytes):
         """KV-cache bytes one GPU reads per token of context."""
@@ -266,7 +302,8 @@ def decode_ceiling(model, hardware, tp, *, expert_parallel=False, context_tokens
     else:
         busiest = model.experts_per_token / tp if model.experts_per_token else 0.0
         routed_per_gpu = routed / tp
-    weights_per_gpu = routed_per_gpu + other / tp
+    replicated = model.replicated_bytes() if tp > 1 else 0.0
+    weights_per_gpu = routed_per_gpu + (other - replicated) / tp + replicated
     kv_per_gpu = model.kv_bytes_per_gpu(tp, bytes_per_param(kv_dtype)) * context_tokens
     memory_s = (weights_per_gpu + kv_per_gpu) / hardware.hbm_bandwidth
     collectives = model.layers * model.collectives_per_layer if tp > 1 else 0
@@ -284,6 +321,7 @@ def decode_ceiling(model, hardware, tp, *, expert_parallel=False, context_tokens
         "context_tokens": context_tokens,
         "weights_gb_per_token": round((routed + other) / GB, 3),
         "weights_gb_per_gpu": round(weights_per_gpu / GB, 3),
+        "replicated_gb_per_gpu": round(replicated / GB, 3),
         "kv_gb_per_gpu": round(kv_per_gpu / GB, 3),
         "routed_experts_on_busiest_gpu": round(busiest, 3),
         "memory_ms": round(memory_s * 1e3, 3),

@@ -13,6 +13,7 @@ import os
 
 CONFIG_FILE = "config.json"
 QUANT_CONFIG_FILE = "hf_quant_config.json"
+SAFETENSORS_INDEX = "model.safetensors.index.json"
 
 
 def load_checkpoint(path):
@@ -120,6 +121,39 @@ def head_dim(cfg):
 
 def is_mla(cfg):
     return bool(cfg.get("kv_lora_rank"))
+
+
+def replicated_params(cfg):
+    """Parameters vLLM and SGLang keep whole on every tensor-parallel rank, by part.
+
+    ``mla_down``: the MLA down-projections (``q_a_proj`` and ``kv_a_proj_with_mqa``, fused in SGLang), which
+    are replicated linears; ``router``: the MoE gate (``hidden x experts`` per MoE layer) and Qwen's one-output
+    shared-expert gate; ``indexer``: the sparse-attention indexer of DeepSeek-V3.2-style models (GLM-5:
+    ``wq_b``, ``wk``, ``weights_proj``). Everything else is split over the ranks.
+    """
+    hidden = cfg["hidden_size"]
+    layers = cfg["num_hidden_layers"]
+    out = {"mla_down": 0, "router": 0, "indexer": 0}
+    q_lora = cfg.get("q_lora_rank") or 0
+    if is_mla(cfg):
+        out["mla_down"] = layers * hidden * (q_lora + cfg["kv_lora_rank"] + (cfg.get("qk_rope_head_dim") or 0))
+        heads, dim = cfg.get("index_n_heads") or 0, cfg.get("index_head_dim") or 0
+        if heads and dim and q_lora:
+            out["indexer"] = layers * (q_lora * heads * dim + hidden * dim + hidden * heads)
+    experts = num_experts(cfg)
+    if experts:
+        gate = hidden * experts + (hidden if cfg.get("shared_expert_intermediate_size") else 0)
+        out["router"] = moe_layers(cfg) * gate
+    return out
+
+
+def checkpoint_bytes(path):
+    """Bytes of the checkpoint's weights from ``model.safetensors.index.json`` (``metadata.total_size``), or None."""
+    index = os.path.join(path, SAFETENSORS_INDEX)
+    if not os.path.exists(index):
+        return None
+    total = (_read_json(index).get("metadata") or {}).get("total_size")
+    return int(total) if isinstance(total, int | float) and total > 0 else None
 
 
 def quantization(config, quant_config=None):

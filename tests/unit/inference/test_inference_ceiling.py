@@ -134,14 +134,51 @@ def test_reference_models_read_from_their_configs(services):
     assert qwen.kv_values_per_token == 15 * 2 * 2 * 256  # only 1 layer in 4 has softmax attention
     minimax = reference_model(services, "minimax-m25")
     assert minimax.routed_params == 8 * 3 * 3072 * 1536 * 62
-    assert minimax.quantized_params == pytest.approx(10e9 - 2 * 200064 * 3072)
+    # every linear layer but the output head and the router (kept in high precision, whole on every GPU)
+    assert minimax.quantized_params == pytest.approx(10e9 - 2 * 200064 * 3072 - 62 * 3072 * 256)
+
+
+def test_replicated_weights_are_read_whole_on_every_gpu():
+    model = toy_model(replicated_params=1e9)  # 1 B of the 5 B BF16 non-expert weights: 2 GB
+    result = decode_ceiling(model, toy_hardware(), tp=4)
+    # routed 2.25 GB / 4 + (10 - 2) GB / 4 + 2 GB whole
+    assert result["weights_gb_per_gpu"] == pytest.approx(2.25 / 4 + 8 / 4 + 2, abs=1e-3)
+    assert result["replicated_gb_per_gpu"] == pytest.approx(2.0)
+    plain = decode_ceiling(toy_model(), toy_hardware(), tp=4)
+    assert plain["weights_gb_per_gpu"] == pytest.approx(12.25 / 4, abs=1e-3)
+    # on one GPU nothing is replicated: the same bytes
+    one = decode_ceiling(model, toy_hardware(), tp=1)
+    assert one["weights_gb_per_gpu"] == decode_ceiling(toy_model(), toy_hardware(), tp=1)["weights_gb_per_gpu"]
+
+
+def test_replicated_weights_cannot_exceed_the_non_expert_weights():
+    with pytest.raises(CeilingError, match="replicated parameters exceed"):
+        toy_model(replicated_params=6e9)
+
+
+def test_kimi_keeps_mla_down_projections_and_router_whole(services):
+    kimi = reference_model(services, "kimi-k25")
+    mla_down = 61 * 7168 * (1536 + 512 + 64)  # q_a_proj and kv_a_proj_with_mqa in every layer
+    router = 60 * 7168 * 384  # the gate of the 60 MoE layers
+    assert kimi.replicated_params == mla_down + router
+    assert kimi.replicated_bytes() == pytest.approx(2 * (mla_down + router))  # BF16, about 2.18 GB
+    qwen = reference_model(services, "qwen35")
+    assert qwen.replicated_params == 60 * (4096 * 512 + 4096)  # router and shared-expert gate, no MLA
+
+
+def test_stored_bytes_count_every_expert(services):
+    kimi = reference_model(services, "kimi-k25")
+    experts = 384 * 3 * 7168 * 2048 * 60 * 0.5625
+    non_expert = (32e9 - 163840 * 7168 - 8 * 3 * 7168 * 2048 * 60) * 2
+    assert kimi.stored_bytes() == pytest.approx(experts + non_expert + 163840 * 7168 * 2)
+    assert 590e9 < kimi.stored_bytes() < 595e9
 
 
 # The worked examples in docs/ceiling.md, for the reference services as the inventory defines them.
 WORKED = {
-    "qwen35": 189.4,
-    "kimi-k25": 135.5,
-    "minimax-m25": 323.9,
+    "qwen35": 185.1,
+    "kimi-k25": 140.1,  # 164.7 before the replicated weights were counted
+    "minimax-m25": 319.0,
 }
 
 
@@ -158,3 +195,53 @@ def test_worked_examples_match_the_documentation(name, services, hardware):
     doc = (ROOT / "docs/ceiling.md").read_text()
     row = next(line for line in doc.splitlines() if line.startswith(f"| `{name}`"))
     assert re.search(rf"\| \*\*{WORKED[name]}\*\* \|", row), f"docs/ceiling.md row for {name} is stale: {row}"
+
+
+def test_kimi_reference_deployment_runs_without_expert_parallel(services, hardware):
+    """As the hand-built service ran it: plain TP 8; expert parallel would lower the single-stream ceiling."""
+    kimi = services["kimi-k25"]
+    assert not kimi.get("expert_parallel") and kimi["tensor_parallel_size"] == 8
+    model, hw = reference_model(services, "kimi-k25"), Hardware.from_dict(hardware)
+    assert decode_ceiling(model, hw, 8, expert_parallel=True)["tokens_per_s"] == 118.5
+
+
+# The reference deployment's single-stream figures (concurrency 1), next to their ceilings in docs/ceiling.md.
+MEASURED = {"kimi-k25": (82, 140.1, "59 %"), "qwen35": (172, 185.1, "93 %")}
+
+
+@pytest.mark.parametrize("name", sorted(MEASURED))
+def test_measured_figures_are_shown_with_their_ratio(name, services, hardware):
+    measured, ceiling, ratio = MEASURED[name]
+    service = services[name]
+    result = decode_ceiling(reference_model(services, name), Hardware.from_dict(hardware), 8)
+    assert result["tokens_per_s"] == ceiling
+    assert f"{round(100 * measured / ceiling)} %" == ratio
+    doc = (ROOT / "docs/ceiling.md").read_text()
+    row = next(line for line in doc.splitlines() if f"(`{name}`)" in line)
+    assert f"| {ceiling} |" in row and f"**{ratio}**" in row and f"| {measured} " in row
+    assert service["tensor_parallel_size"] == 8
+
+
+def glm5(quantization="nvfp4", quantized="routed_experts"):
+    facts = {"name": "glm-5", "active_params_b": 40, "quantization": quantization, "quantized": quantized}
+    return Model.from_config(load_config("GLM-5"), facts)
+
+
+def test_glm5_worked_example(hardware):
+    hw = Hardware.from_dict(hardware)
+    model = glm5()
+    # MLA down-projections, router and the sparse-attention indexer stay whole on every GPU
+    assert model.replicated_params == (
+        78 * 6144 * (2048 + 512 + 64) + 75 * 6144 * 256 + 78 * (2048 * 32 * 128 + 6144 * 128 + 6144 * 32)
+    )
+    result = decode_ceiling(model, hw, 8)
+    assert result["tokens_per_s"] == 98.0
+    assert result["weights_gb_per_gpu"] == pytest.approx(9.379, abs=1e-3)
+    assert round(100 * 10.36 / result["tokens_per_s"], 1) == 10.6
+    assert decode_ceiling(glm5(quantized="all_linear"), hw, 8)["tokens_per_s"] == 137.6
+    # FP8 does not fit: about 95 GB of weights per GPU before any KV cache
+    fp8 = glm5("fp8", "all_linear")
+    assert (fp8.stored_bytes() - fp8.replicated_bytes()) / 8 + fp8.replicated_bytes() > 94.9e9
+    doc = (ROOT / "docs/ceiling.md").read_text()
+    assert "| GLM-5 | not recorded; 4-bit routed experts assumed (below) | 10.36 | 98.0 | **10.6 %** |" in doc
+    assert "Ceiling **98.0 tok/s** (every linear layer in NVFP4 instead: 137.6 tok/s)" in doc

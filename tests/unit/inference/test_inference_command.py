@@ -21,7 +21,10 @@ def test_vllm_reference_command(services):
     assert argv[:3] == ["/opt/venvs/vllm/bin/vllm", "serve", "/srv/models/Kimi-K2.5"]
     joined = " ".join(argv)
     assert "--served-model-name Kimi-K2.5 --host 127.0.0.1 --port 8000 --tensor-parallel-size 8" in joined
-    assert "--enable-expert-parallel --kv-cache-dtype bfloat16" in joined
+    assert "--tensor-parallel-size 8 --kv-cache-dtype bfloat16" in joined  # plain TP, as the reference ran it
+    assert "--enable-expert-parallel" not in argv
+    with_ep = " ".join(build_argv({**services["kimi-k25"], "expert_parallel": True}))
+    assert "--enable-expert-parallel --kv-cache-dtype bfloat16" in with_ep
     assert "--attention-backend TRITON_MLA" in joined
     assert "--trust-remote-code" in argv and "true" not in argv
     assert "--api-key" not in argv  # vLLM reads VLLM_API_KEY from the secret file
