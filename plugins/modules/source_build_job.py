@@ -15,7 +15,8 @@ description:
   - Writes C(build.log) (the command, its environment, all output) and C(state.json) in O(job_dir);
     on success moves the single wheel the build produced into O(job_dir) with C(build.json) (the key's
     inputs), so a wheel is only ever in the cache complete.
-  - Refuses to start while another build of the same key holds the lock.
+  - Refuses to start while a build of the same name runs, whatever its key (the checkout and build directory
+    are the name's); a refused key's C(state.json) says which build runs.
 options:
   job_dir:
     description: The cache directory of the key (from M(source_build_plan)).

@@ -14,7 +14,7 @@ description:
     role, each return shows progress; a play that lost its connection attaches to a running build the same way.
   - A build whose process is gone without having written its result is reported as C(lost).
   - With O(name_dir) instead of O(job_dir), follows the build of that name that runs now, whatever its key
-    (C(idle) when none runs): the checkout and build directory belong to the name, so a play waits for it
+    (C(idle) when none runs). The checkout and build directory belong to the name, so a play waits for it
     before it touches them.
   - Read-only; runs the same in check mode.
 options:
