@@ -17,7 +17,8 @@ description:
     engine version from the service's virtual environment on the target.
   - Refuses, with the reason and the fix, backend combinations known to fail on the GPU's compute capability,
     tensor-parallel sizes that do not divide the model's dimensions (FP8 weight blocks and quantization groups
-    included), a quantized KV cache without an explicit opt-in, and checkpoint edits the engine no longer needs.
+    included), weights per GPU that leave no room for a minimum KV cache, a quantized KV cache without an
+    explicit opt-in, and checkpoint edits the engine no longer needs.
   - Returns each service's engine command line (quoted for systemd), environment and unit name.
   - Changes nothing on the target.
 version_added: "0.1.0"
@@ -45,6 +46,17 @@ options:
   gpu_count:
     description: GPUs of the machine; GPU indices of the services must be below it.
     type: int
+  memory_gb:
+    description:
+      - Memory of one GPU in GiB (96 for an RTX PRO 6000). With it, the weights each GPU holds (the checkpoint's
+        size from its C(model.safetensors.index.json), or estimated from C(model.active_params_b); weights every
+        rank keeps whole counted on each) plus C(min_kv_cache_tokens) of KV cache must fit the share of it the
+        engine takes (C(gpu-memory-utilization), C(mem-fraction-static); 0.9 when not set).
+    type: float
+  min_kv_cache_tokens:
+    description: Tokens of KV cache that must fit next to the weights on each GPU.
+    type: int
+    default: 32768
   unit_prefix:
     description: Prefix of the systemd unit names (C(<prefix><name>.service)).
     type: str
@@ -126,6 +138,14 @@ def installed_version(environment, engine):
     return None
 
 
+def checkpoint_size(modelconfig, path):
+    """The checkpoint's weight bytes from its safetensors index, or None (unreadable counts as absent)."""
+    try:
+        return modelconfig.checkpoint_bytes(path)
+    except (OSError, ValueError):
+        return None
+
+
 def plan_one(params, service, units):
     # Imported here, after argument parsing: ansible-lint's args rule validates task arguments by running
     # main() up to AnsibleModule() without our module_utils on its path. Ansiballz still ships them.
@@ -156,6 +176,9 @@ def plan_one(params, service, units):
         compute_capability=params["compute_capability"],
         engine_version=version,
         gpu_count=params["gpu_count"],
+        memory_gb=params["memory_gb"],
+        checkpoint_bytes=checkpoint_size(modelconfig, model_path) if config else None,
+        min_kv_tokens=params["min_kv_cache_tokens"],
     )
     if config == {}:  # inactive and not downloaded: drop the refusal about the missing config
         checked["refusals"] = [r for r in checked["refusals"] if r["id"] != "config"]
@@ -199,6 +222,8 @@ def main():
             "known_bad": {"type": "list", "elements": "dict", "default": []},
             "compute_capability": {"type": "str"},
             "gpu_count": {"type": "int"},
+            "memory_gb": {"type": "float"},
+            "min_kv_cache_tokens": {"type": "int", "default": 32768},
             "unit_prefix": {"type": "str", "default": "inference-"},
             "load_timeout_s": {"type": "int", "default": 2700},
             "sglang_launcher": {"type": "path", "default": "/usr/local/libexec/inferhost/sglang-launch"},

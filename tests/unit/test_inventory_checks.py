@@ -45,7 +45,7 @@ def view(name, groups, **variables):
     return checks.HostView(name, variables, get, groups)
 
 
-def problems(pve=None, ct=None, targets=("pve", "ct"), validator=None):
+def problems(pve=None, ct=None, targets=("pve", "ct"), validator=None, known_bad=()):
     views = {
         "pve": view("pve", ["pve_hosts"], **{**PVE, **(pve or {})}),
         "ct": view(
@@ -56,7 +56,7 @@ def problems(pve=None, ct=None, targets=("pve", "ct"), validator=None):
             **(ct or {}),
         ),
     }
-    checker = checks.Checker(views, list(targets), ROLE_MAP, SPECS, DECLARED, validator=validator)
+    checker = checks.Checker(views, list(targets), ROLE_MAP, SPECS, DECLARED, validator=validator, known_bad=known_bad)
     return checker.run()
 
 
@@ -216,3 +216,26 @@ def test_the_file_of_a_variable_is_the_most_specific(tmp_path):
     assert files.file_of("inferhost_cpu_vendor", "pve", ["pve_hosts"]).endswith("host_vars/pve/hw.yml")
     assert files.file_of("inferhost_cpu_vendor", "other", []).endswith("group_vars/all/a.yml")
     assert files.file_of("inferhost_pve_host", "pve", []).endswith("hosts.yml")
+
+
+KNOWN_BAD = checks.load_yaml(str(ROLES / "inference_service/vars/main.yml"))["__inference_service_known_bad"]
+
+
+def sglang_nvfp4(**args):
+    return service(
+        engine="sglang",
+        model={"path": "/srv/q", "quantization": "nvfp4"},
+        args={"attention-backend": "triton", **args},
+        env={"SGLANG_ENABLE_JIT_DEEPGEMM": "0"},
+    )
+
+
+def test_the_moe_runner_backend_rule_stops_the_run_before_any_change():
+    """The known-bad matrix of the role, applied by the validation play: the model's quantization comes from
+    the inventory there (the role checks the checkpoint's own on the guest)."""
+    ct = {"inference_service_hardware": {"compute_capability": "12.0"}, "inference_service_services": [sglang_nvfp4()]}
+    found = only(problems(ct=ct, targets=["ct"], known_bad=KNOWN_BAD))
+    assert found.variable == "inference_service_services[0].known_bad"
+    assert "produces NaN" in found.given and found.fix == "args: {moe-runner-backend: flashinfer_cutlass}"
+    ct["inference_service_services"] = [sglang_nvfp4(**{"moe-runner-backend": "flashinfer_cutlass"})]
+    assert problems(ct=ct, targets=["ct"], known_bad=KNOWN_BAD) == []

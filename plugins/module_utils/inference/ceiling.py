@@ -196,13 +196,7 @@ class Model:
             replicated_quantized = float(parts["mla_down"] + parts["indexer"])
         else:
             quantized = float(scope) * 1e9
-        if modelconfig.is_mla(cfg):
-            kv_values = modelconfig.attention_layers(cfg) * (cfg["kv_lora_rank"] + cfg.get("qk_rope_head_dim", 0))
-            kv_heads, sharded = None, False  # the latent is replicated on every tensor-parallel rank
-        else:
-            kv_heads = cfg.get("num_key_value_heads") or cfg["num_attention_heads"]
-            kv_values = modelconfig.attention_layers(cfg) * 2 * kv_heads * modelconfig.head_dim(cfg)
-            sharded = True
+        kv_values, kv_heads, sharded = kv_layout(cfg)
         return cls(
             name=facts.get("name", cfg.get("model_type", "model")),
             layers=layers,
@@ -249,12 +243,32 @@ class Model:
 
     def kv_bytes_per_gpu(self, tp, dtype_bytes):
         """KV-cache bytes one GPU reads per token of context."""
-        if not self.kv_values_per_token:
-            return 0.0
-        if not self.kv_sharded:
-            return self.kv_values_per_token * dtype_bytes
-        heads_per_gpu = -(-self.kv_heads // tp)  # heads are replicated when there are fewer than tp
-        return self.kv_values_per_token * heads_per_gpu / self.kv_heads * dtype_bytes
+        return kv_bytes_per_gpu((self.kv_values_per_token, self.kv_heads, self.kv_sharded), tp, dtype_bytes)
+
+
+def kv_layout(cfg):
+    """``(values per token, KV heads, sharded)`` of a language model's KV cache, from its config.
+
+    MLA models cache one latent (``kv_lora_rank + rope_dim`` per layer) that every tensor-parallel rank keeps
+    whole; the others cache keys and values per KV head, split over the ranks. Only softmax-attention layers
+    count (hybrid models have fewer).
+    """
+    if modelconfig.is_mla(cfg):
+        values = modelconfig.attention_layers(cfg) * (cfg["kv_lora_rank"] + cfg.get("qk_rope_head_dim", 0))
+        return values, None, False
+    heads = cfg.get("num_key_value_heads") or cfg["num_attention_heads"]
+    return modelconfig.attention_layers(cfg) * 2 * heads * modelconfig.head_dim(cfg), heads, True
+
+
+def kv_bytes_per_gpu(layout, tp, dtype_bytes):
+    """KV-cache bytes one GPU holds (and reads) per token of context, for a ``kv_layout``."""
+    values, heads, sharded = layout
+    if not values:
+        return 0.0
+    if not sharded:
+        return values * dtype_bytes
+    heads_per_gpu = -(-heads // tp)  # heads are replicated when there are fewer than tp
+    return values * heads_per_gpu / heads * dtype_bytes
 
 
 def expected_max_experts(k, num_experts, groups):

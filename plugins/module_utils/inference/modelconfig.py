@@ -113,6 +113,12 @@ def attention_layers(cfg):
     return layers
 
 
+def has_linear_attention(cfg):
+    """Whether some layers use linear attention (Qwen3.5's Gated DeltaNet), not softmax attention."""
+    types = cfg.get("layer_types") or []
+    return bool(cfg.get("linear_num_key_heads") or any(kind == "linear_attention" for kind in types))
+
+
 def head_dim(cfg):
     if cfg.get("head_dim"):
         return cfg["head_dim"]

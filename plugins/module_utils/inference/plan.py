@@ -9,12 +9,15 @@ Checks:
 
 * ``service``: the data itself (name, GPUs, sizes, flags the role manages itself).
 * ``known_bad``: the backend matrix, kept as data (the role's ``vars/main.yml``), matched against the
-  service's flags, environment, engine, compute capability and engine version.
+  service's flags (or the engine's default for a flag left out), environment, model (weight quantization,
+  linear attention), engine, compute capability and engine version.
 * ``tensor_parallel``: the tensor-parallel size must divide the model's heads, KV heads, linear
   attention heads and intermediate sizes, and each GPU's slice must stay a multiple of the FP8 weight
   block or the quantization group (MiniMax-M2.5: 1536 / 8 = 192 is not a multiple of 128).
 * ``kv_cache``: a quantized KV cache needs ``allow_fp8_kv_cache: true``, also when ``auto`` would pick
   up an FP8 KV cache that the checkpoint declares.
+* ``memory``: the weights each GPU holds (the checkpoint's size split over the tensor-parallel ranks, the
+  weights every rank keeps whole counted on each) plus a minimum KV cache must fit the GPU's memory.
 * ``checkpoint_edit``: an edit of the checkpoint's configuration that the installed engine version no
   longer needs is refused (remove it, restore the original from the backup).
 """
@@ -23,7 +26,7 @@ from __future__ import annotations
 
 import re
 
-from . import modelconfig
+from . import ceiling, modelconfig
 
 ENGINES = ("vllm", "sglang")
 NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,40}$")
@@ -53,6 +56,12 @@ SECRET_FLAGS = {
 # Secrets as env: the unit file is world-readable and `systemctl show` prints its Environment= lines.
 SECRET_ENV = re.compile(r"(API_?KEY|TOKEN|SECRET|PASSWORD|PASSWD)$", re.IGNORECASE)
 UNQUANTIZED_KV = ("bf16", "bfloat16", "fp16", "float16", "auto")
+# The share of GPU memory the engine takes for weights and KV cache: its flag, and the value assumed when the
+# flag is left out (vLLM's default; SGLang works its own out from the GPU, about the same on 96 GB cards).
+MEMORY_FRACTION = {"vllm": ("gpu-memory-utilization", 0.9), "sglang": ("mem-fraction-static", 0.9)}
+MIN_KV_CACHE_TOKENS = 32768
+GIB = 2**30
+GB = 1e9
 
 
 def flag_name(key):
@@ -202,11 +211,29 @@ def check_service_data(service, gpu_count=None):
 # --- the known-bad matrix -------------------------------------------------------------------------
 
 
-def _condition_holds(cond, flags, env):
+def model_facts(service, config=None, quant_config=None):
+    """What known-bad rules may ask about the model: ``quantization`` (the checkpoint's weight format, else
+    the service's ``model.quantization``) and ``linear_attention`` (None when there is no config to tell)."""
+    declared = (service.get("model") or {}).get("quantization")
+    if config is None:
+        return {"quantization": declared, "linear_attention": None}
+    cfg = modelconfig.text_config(config)
+    return {
+        "quantization": modelconfig.quantization(config, quant_config).get("method") or declared,
+        "linear_attention": modelconfig.has_linear_attention(cfg),
+    }
+
+
+def _condition_holds(cond, flags, env, model=None):
     if "flag" in cond:
         name = flag_name(cond["flag"])
         present = name in flags and flags[name] not in (None, False, "")
         value = flags.get(name)
+        if not present and "default" in cond:  # the engine's own choice when the flag is left out
+            present, value = True, cond["default"]
+    elif "model" in cond:
+        value = (model or {}).get(cond["model"])
+        present = value not in (None, False, "")
     else:
         name = cond["env"]
         present = name in env and env[name] not in (None, "")
@@ -223,17 +250,19 @@ def _condition_holds(cond, flags, env):
     return present == bool(cond.get("present", True))
 
 
-def check_known_bad(service, rules, compute_capability=None, engine_version=None):
+def check_known_bad(service, rules, compute_capability=None, engine_version=None, model=None):
+    """Refusals and warnings of the known-bad rules; ``model`` as ``model_facts`` (default: from the service)."""
     out, warnings = [], []
     flags = effective_flags(service)
     env = {str(k): v for k, v in (service.get("env") or {}).items()}
+    model = model_facts(service) if model is None else model
     for rule in rules:
         if rule.get("engine", "any") not in ("any", service.get("engine")):
             continue
         capabilities = [str(c) for c in rule.get("compute_capability") or []]
         if capabilities and str(compute_capability) not in capabilities:
             continue
-        if not all(_condition_holds(c, flags, env) for c in rule.get("when") or []):
+        if not all(_condition_holds(c, flags, env, model) for c in rule.get("when") or []):
             continue
         reason = rule["reason"]
         below = rule.get("engine_version_below")
@@ -362,6 +391,96 @@ def check_kv_cache(service, config=None, quant_config=None):
     return []
 
 
+# --- memory fit -----------------------------------------------------------------------------------
+
+
+def _weights(service, config, checkpoint_bytes):
+    """``(stored bytes, bytes whole on every rank, where the size comes from)``, or None when unknown."""
+    cfg = modelconfig.text_config(config)
+    facts = service.get("model") or {}
+    model = None
+    if facts.get("active_params_b") and facts.get("quantization"):
+        try:
+            model = ceiling.Model.from_config(config, {"name": service.get("name", "model"), **facts})
+        except ceiling.CeilingError:
+            model = None
+    if model is not None:
+        replicated = model.replicated_bytes()
+    else:  # the replicated weights are never quantized in a checkpoint that quantizes only the experts
+        replicated = 2.0 * sum(modelconfig.replicated_params(cfg).values())
+    if checkpoint_bytes:
+        return float(checkpoint_bytes), replicated, modelconfig.SAFETENSORS_INDEX
+    if model is not None:
+        return model.stored_bytes(), replicated, "estimated from config.json and model.active_params_b"
+    return None
+
+
+def memory_per_gpu(service, config, tp, weights, min_kv_tokens):
+    """``(weight bytes, KV-cache bytes)`` one GPU holds at tensor-parallel size ``tp``."""
+    stored, replicated, _ = weights
+    replicated = replicated if tp > 1 else 0.0
+    kv_bytes = 1 if str(service.get("kv_cache_dtype", "bf16")).lower().startswith("fp8") else 2
+    layout = ceiling.kv_layout(modelconfig.text_config(config))
+    return (stored - replicated) / tp + replicated, ceiling.kv_bytes_per_gpu(layout, tp, kv_bytes) * min_kv_tokens
+
+
+def check_memory_fit(
+    service,
+    config,
+    quant_config=None,
+    *,
+    memory_gb=None,
+    checkpoint_bytes=None,
+    min_kv_tokens=MIN_KV_CACHE_TOKENS,
+    gpu_count=None,
+):
+    """Refusals and warnings: each GPU's weights plus a minimum KV cache must fit its memory.
+
+    ``memory_gb``: the GPU's memory in GiB (as nvidia-smi's MiB / 1024 rounds it, 96 for an RTX PRO 6000).
+    The stored size is the checkpoint's (``checkpoint_bytes``, from its safetensors index) or, without it,
+    estimated from ``model.active_params_b`` and the config. Replicated weights count whole on every GPU.
+    """
+    if not memory_gb or config is None:
+        return [], []
+    weights = _weights(service, config, checkpoint_bytes)
+    if weights is None:
+        return [], [
+            "memory fit not checked: the checkpoint has no model.safetensors.index.json and the service sets no "
+            "model.active_params_b and model.quantization to estimate its size from"
+        ]
+    engine = service.get("engine")
+    flag, default = MEMORY_FRACTION.get(engine, ("", 0.9))
+    fraction = float(effective_flags(service).get(flag) or default)
+    usable = float(memory_gb) * GIB * fraction
+    tp = tensor_parallel_size(service)
+    per_gpu, kv = memory_per_gpu(service, config, tp, weights, min_kv_tokens)
+    if per_gpu + kv <= usable:
+        return [], []
+    stored, replicated, source = weights
+    reason = (
+        f"{per_gpu / GB:.1f} GB of weights per GPU at TP {tp} ({stored / GB:.0f} GB in all, {source}; "
+        f"{replicated / GB:.2f} GB of them whole on every GPU) and {kv / GB:.1f} GB of KV cache for "
+        f"{min_kv_tokens} tokens need {(per_gpu + kv) / GB:.1f} GB, more than the {usable / GB:.1f} GB "
+        f"usable of each GPU's {memory_gb} GiB (memory fraction {fraction:g})"
+    )
+    cfg, quant = modelconfig.text_config(config), modelconfig.quantization(config, quant_config)
+    ep = bool(service.get("expert_parallel"))
+    gpus = list(service.get("gpus") or [])
+    fits = [
+        n
+        for n in range(tp + 1, (gpu_count or max(tp, 8)) + 1)
+        if sum(memory_per_gpu(service, config, n, weights, min_kv_tokens)) <= usable
+        and not _tp_problems(cfg, quant, n, ep)
+    ]
+    if fits:
+        size = fits[0]
+        needed = f"tensor_parallel_size {size}" + (f" and gpus {list(range(size))}" if len(gpus) % size else "")
+        fix = f"{needed}, or a checkpoint with fewer bits per weight"
+    else:
+        fix = "a checkpoint with fewer bits per weight, or a machine with more GPU memory: it fits no GPU count here"
+    return [refusal("memory", "memory.fit", reason, fix)], []
+
+
 # --- version-gated checkpoint edits ---------------------------------------------------------------
 
 
@@ -402,11 +521,15 @@ def plan_service(
     compute_capability=None,
     engine_version=None,
     gpu_count=None,
+    memory_gb=None,
+    checkpoint_bytes=None,
+    min_kv_tokens=MIN_KV_CACHE_TOKENS,
 ):
     """Run every check; ``config`` is the checkpoint's config.json (None: model checks are refused)."""
     version = engine_version or service.get("engine_version")
     refusals = check_service_data(service, gpu_count)
-    bad, warnings = check_known_bad(service, known_bad, compute_capability, version)
+    model = model_facts(service, config, quant_config)
+    bad, warnings = check_known_bad(service, known_bad, compute_capability, version, model)
     refusals += bad
     if config is None:
         refusals.append(
@@ -419,6 +542,17 @@ def plan_service(
         )
     else:
         refusals += check_tensor_parallel(service, config, quant_config, gpu_count)
+        memory, memory_warnings = check_memory_fit(
+            service,
+            config,
+            quant_config,
+            memory_gb=memory_gb,
+            checkpoint_bytes=checkpoint_bytes,
+            min_kv_tokens=min_kv_tokens,
+            gpu_count=gpu_count,
+        )
+        refusals += memory
+        warnings += memory_warnings
     refusals += check_kv_cache(service, config, quant_config)
     edit_refusals, needed, edit_warnings = check_checkpoint_edits(service, version)
     refusals += edit_refusals

@@ -230,3 +230,16 @@ def test_probe_sees_loading_then_ready_with_the_key_from_the_secret_file(served)
 def test_probe_reports_a_closed_port():
     result = run_module(PROBE, {"url": "http://127.0.0.1:9", "model": "x", "http_timeout": 2})
     assert str(result["health"]).startswith("no answer:") and not result["ready"]
+
+
+def test_memory_fit_reads_the_checkpoints_index(services, checkpoint):
+    path = checkpoint(REFERENCE["kimi-k25"])
+    (path / "model.safetensors.index.json").write_text('{"metadata": {"total_size": 547000000000}, "weight_map": {}}')
+    args = plan_args(services, active="kimi-k25", memory_gb=96)
+    kimi = next(s for s in args["services"] if s["name"] == "kimi-k25")
+    kimi.update(gpus=[0, 1, 2, 3], tensor_parallel_size=4, model={**kimi["model"], "path": str(path)})
+    result = run_module(PLAN, args)
+    assert result["failed"]
+    assert "138.4 GB of weights per GPU at TP 4 (547 GB in all, model.safetensors.index.json" in result["msg"]
+    accepted = run_module(PLAN, plan_args(services, memory_gb=96))
+    assert not accepted.get("failed"), accepted.get("msg")

@@ -78,6 +78,34 @@ SM120_CASES = [
         "attention-backend",
     ),
     ("qwen35", {"args": {"attention-backend": "fa3"}}, "sm120-sglang-fa3", "sm_90a only", "triton"),
+    (
+        "qwen35",
+        {"args": {"moe-runner-backend": "auto"}},
+        "sm120-sglang-nvfp4-moe-auto",
+        "produces NaN",
+        "moe-runner-backend: flashinfer_cutlass",
+    ),
+    (
+        "qwen35",
+        {"args": {"attention-backend": "flashinfer"}},
+        "sm120-sglang-flashinfer-linear-attention",
+        "Gated DeltaNet",
+        "attention-backend: triton",
+    ),
+    (
+        "qwen35",
+        {"args": {"enable-flashinfer-allreduce-fusion": True}},
+        "sm120-sglang-flashinfer-allreduce-fusion",
+        "SM90 and SM100 only",
+        "remove enable-flashinfer-allreduce-fusion",
+    ),
+    (
+        "qwen35",
+        {"args": {"enable-piecewise-cuda-graph": True}},
+        "sm120-sglang-piecewise-cuda-graph",
+        "known to fail on SM120",
+        "remove enable-piecewise-cuda-graph",
+    ),
     ("qwen35", {"args": {"attention-backend": "flashmla"}}, "sm120-sglang-sm90-sm100-attention", "99 KB", "triton"),
     (
         "qwen35",
@@ -146,6 +174,59 @@ def test_jit_deepgemm_missing_env_is_refused(services):
     service = copy.deepcopy(services["qwen35"])
     del service["env"]["SGLANG_ENABLE_JIT_DEEPGEMM"]
     assert "sm120-sglang-jit-deepgemm" in refused(plan(service, REFERENCE["qwen35"]))
+
+
+def without_arg(services, name, flag):
+    service = copy.deepcopy(services[name])
+    del service["args"][flag]
+    return service
+
+
+def test_moe_runner_backend_left_out_with_nvfp4_is_refused(services):
+    """SGLang's default MoE runner backend is auto: leaving the flag out is the same NaN."""
+    hit = refused(plan(without_arg(services, "qwen35", "moe-runner-backend"), REFERENCE["qwen35"]))
+    assert "left out" in hit["sm120-sglang-nvfp4-moe-auto"]["reason"]
+
+
+def test_moe_runner_backend_auto_is_accepted_without_nvfp4(services):
+    # the quantization comes from the checkpoint; without one, from the service's model.quantization
+    service = variant(services, "qwen35", args={"moe-runner-backend": "auto"})
+    service["model"]["quantization"] = "fp8"
+    assert "sm120-sglang-nvfp4-moe-auto" not in refused(plan(service))
+    service["model"]["quantization"] = "nvfp4"
+    assert "sm120-sglang-nvfp4-moe-auto" in refused(plan(service))
+
+
+def test_attention_backend_left_out_for_linear_attention_is_refused(services):
+    """SGLang picks flashinfer on SM120 when attention-backend is left out."""
+    hit = refused(plan(without_arg(services, "qwen35", "attention-backend"), REFERENCE["qwen35"]))
+    assert "left out" in hit["sm120-sglang-flashinfer-linear-attention"]["reason"]
+
+
+def test_flashinfer_attention_is_accepted_for_models_without_linear_attention(services):
+    service = variant(services, "minimax-m25", engine="sglang", args={"attention-backend": "flashinfer"})
+    service["env"] = {"SGLANG_ENABLE_JIT_DEEPGEMM": "0"}
+    assert plan(service, REFERENCE["minimax-m25"])["refusals"] == []
+    # without the checkpoint's config nothing tells linear attention: the rule waits for the role's plan
+    assert "sm120-sglang-flashinfer-linear-attention" not in refused(plan(services["qwen35"]))
+
+
+def test_the_fa3_fix_does_not_suggest_a_backend_that_is_refused(services):
+    service = variant(services, "qwen35", args={"attention-backend": "fa3"})
+    fix = refused(plan(service, REFERENCE["qwen35"]))["sm120-sglang-fa3"]["fix"]
+    fixed = variant(services, "qwen35", args={"attention-backend": fix.split(": ")[-1].strip("}")})
+    assert plan(fixed, REFERENCE["qwen35"])["refusals"] == []
+
+
+def test_every_fix_of_a_known_bad_rule_is_accepted(services):
+    """Applying a rule's suggested args to the reference service leaves it accepted."""
+    for name, changes, rule, _, _ in SM120_CASES:
+        hit = refused(plan(variant(services, name, **changes), REFERENCE[name]))[rule]
+        if hit["fix"].startswith("args: {") and "(" not in hit["fix"]:
+            flag, value = hit["fix"][len("args: {") : -1].split(": ")
+            fixed = variant(services, name, **changes)
+            fixed["args"][flag] = value
+            assert rule not in refused(plan(fixed, REFERENCE[name])), (rule, hit["fix"])
 
 
 def test_sm120_rules_do_not_apply_to_other_gpus(services):
@@ -342,3 +423,65 @@ def test_the_suggested_tp_size_passes_the_gpu_list_check(services):
 def test_environment_names_that_only_contain_a_secret_word_are_accepted(services):
     service = variant(services, "minimax-m25", env={"TOKENIZERS_PARALLELISM": "false", "KEY_CACHE_DIR": "/x"})
     assert plan(service, REFERENCE["minimax-m25"])["refusals"] == []
+
+
+# --- memory fit -----------------------------------------------------------------------------------
+
+
+def test_kimi_at_tp4_does_not_fit_96_gb_gpus(services):
+    service = variant(services, "kimi-k25", gpus=[0, 1, 2, 3], tensor_parallel_size=4)
+    hit = refused(plan(service, REFERENCE["kimi-k25"], memory_gb=96))["memory.fit"]
+    assert "149.8 GB of weights per GPU at TP 4 (592 GB in all" in hit["reason"]
+    assert "2.18 GB of them whole on every GPU" in hit["reason"]
+    assert "more than the 92.8 GB usable of each GPU's 96 GiB" in hit["reason"]
+    assert hit["fix"].startswith("tensor_parallel_size 8 and gpus [0, 1, 2, 3, 4, 5, 6, 7]")
+
+
+def test_the_checkpoint_index_gives_the_size(services, checkpoint):
+    path = checkpoint(REFERENCE["kimi-k25"])
+    (path / "model.safetensors.index.json").write_text('{"metadata": {"total_size": 547000000000}}')
+    config, quant = modelconfig.load_checkpoint(path)
+    service = variant(services, "kimi-k25", gpus=[0, 1, 2, 3], tensor_parallel_size=4)
+    result = plan_service(
+        service,
+        config=config,
+        quant_config=quant,
+        known_bad=RULES,
+        compute_capability="12.0",
+        gpu_count=8,
+        memory_gb=96,
+        checkpoint_bytes=modelconfig.checkpoint_bytes(path),
+    )
+    hit = refused(result)["memory.fit"]
+    # replicated weights counted whole on each rank: (547 - 2.18) / 4 + 2.18
+    assert "138.4 GB of weights per GPU at TP 4 (547 GB in all, model.safetensors.index.json" in hit["reason"]
+
+
+@pytest.mark.parametrize("name", sorted(REFERENCE))
+def test_reference_services_fit_their_gpus(services, name):
+    assert plan(services[name], REFERENCE[name], memory_gb=96)["refusals"] == []
+
+
+def test_the_memory_fraction_flag_is_honoured(services):
+    # Kimi at TP 8: 76.0 GB of weights and 2.3 GB of KV cache, 78.3 GB; 0.8 x 96 GiB = 82.5 GB still fits
+    fits = variant(services, "kimi-k25", args={"gpu-memory-utilization": 0.8})
+    assert plan(fits, REFERENCE["kimi-k25"], memory_gb=96)["refusals"] == []
+    tight = variant(services, "kimi-k25", args={"gpu-memory-utilization": 0.75})
+    hit = refused(plan(tight, REFERENCE["kimi-k25"], memory_gb=96))["memory.fit"]
+    assert "(memory fraction 0.75)" in hit["reason"]
+    assert hit["fix"].startswith("a checkpoint with fewer bits per weight")
+
+
+def test_the_minimum_kv_cache_counts(services):
+    # MLA: 61 layers x 576 values x 2 B = 70 KB per token on every GPU
+    many = plan(services["kimi-k25"], REFERENCE["kimi-k25"], memory_gb=96, min_kv_tokens=300_000)
+    assert "21.1 GB of KV cache for 300000 tokens" in refused(many)["memory.fit"]["reason"]
+
+
+def test_memory_fit_needs_a_size(services):
+    service = copy.deepcopy(services["minimax-m25"])
+    del service["model"]["active_params_b"]
+    result = plan(service, REFERENCE["minimax-m25"], memory_gb=96)
+    assert result["refusals"] == []
+    assert any(w.startswith("memory fit not checked") for w in result["warnings"])
+    assert plan(services["minimax-m25"], REFERENCE["minimax-m25"])["warnings"] == []  # no memory_gb: no check
