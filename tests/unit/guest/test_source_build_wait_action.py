@@ -1,0 +1,68 @@
+"""The controller side of source_build_wait: what the play sees of a build it follows."""
+
+import importlib.util
+from pathlib import Path
+from unittest.mock import MagicMock
+
+import pytest
+from ansible.errors import AnsibleActionFail
+
+ROOT = Path(__file__).resolve().parents[3]
+_spec = importlib.util.spec_from_file_location(
+    "inferhost_action_source_build_wait", ROOT / "plugins/action/source_build_wait.py"
+)
+ACTION = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(ACTION)
+
+
+def follow(args, reports, check_mode=False):
+    """Run the action with the module's successive reports; return (result, module calls)."""
+    task = MagicMock()
+    task.args = args
+    task.check_mode = check_mode
+    task.async_val = 0
+    task.diff = False
+    action = ACTION.ActionModule(task, MagicMock(), MagicMock(), MagicMock(), MagicMock(), MagicMock())
+    calls = []
+
+    def execute_module(module_name, module_args, task_vars):
+        calls.append(module_args)
+        return reports.pop(0)
+
+    action._execute_module = execute_module
+    return action.run(task_vars={"inventory_hostname": "ct"}), calls
+
+
+def report(status, done, **extra):
+    return {"status": status, "done": done, "elapsed": 5.0, "elapsed_human": "0m05s", "tail": [], **extra}
+
+
+def test_a_name_with_no_build_running_returns_at_once():
+    result, calls = follow({"name_dir": "/c/flash-attn", "interval": 1}, [report("idle", True)])
+    assert result["status"] == "idle" and not result["failed"] and not result["changed"]
+    assert calls == [{"name_dir": "/c/flash-attn", "wait": 1, "lines": 15}]
+
+
+def test_another_keys_failed_build_is_followed_to_its_end_without_failing_the_task():
+    # Ansible fails a task whose result has a non-zero rc unless it says otherwise.
+    reports = [report("running", False, key="k1"), report("failed", True, key="k1", rc=2, reason="status 2")]
+    result, calls = follow({"name_dir": "/c/sgl-kernel", "interval": 1}, reports)
+    assert len(calls) == 2 and result["status"] == "failed" and result["rc"] == 2
+    assert result["failed"] is False and result["key"] == "k1"
+
+
+def test_a_key_is_followed_by_its_job_directory():
+    result, calls = follow({"job_dir": "/c/demo/k2", "interval": 1}, [report("cached", True, wheel="/c/demo/k2/x.whl")])
+    assert calls[0]["job_dir"] == "/c/demo/k2" and "name_dir" not in calls[0]
+    assert result["wheel"] == "/c/demo/k2/x.whl" and result["failed"] is False
+
+
+def test_check_mode_looks_once_without_waiting():
+    result, calls = follow({"name_dir": "/c/x"}, [report("running", False, key="k")], check_mode=True)
+    assert calls[0]["wait"] == 0 and result["status"] == "running" and not result["failed"]
+
+
+@pytest.mark.parametrize("args", [{}, {"job_dir": "/c/x/k", "name_dir": "/c/x"}])
+def test_one_of_job_dir_and_name_dir_is_required(args):
+    with pytest.raises(AnsibleActionFail, match="one of job_dir"):
+        follow(args, [])
