@@ -1,7 +1,10 @@
-"""Run every molecule scenario step by step, with a zero-change --check pass on the converged instances.
+"""Run every molecule scenario, with a zero-change --check pass on the converged instances.
 
-`molecule test` has an idempotence step but its `check` step only runs converge in check mode; here a
-check run that reports any change fails, because `--check` on a converged machine must be a no-op.
+One `molecule test` per scenario (each molecule start costs seconds), with the sequence of
+.config/molecule/config.yml: destroy, create, prepare, converge, idempotence, check, verify, destroy.
+Molecule's own `check` step only runs converge in check mode; here a check run that reports any change
+fails, because `--check` on a converged machine must be a no-op. Each step's time is taken from the
+moment molecule announces it, and printed in the run's summary (tests/conftest.py).
 """
 
 import os
@@ -17,49 +20,56 @@ SCENARIOS = sorted(
     p.parent.name for p in (ROOT / "molecule").glob("*/molecule.yml") if p.parent.name not in {"shared", "kernel"}
 )
 RECAP = re.compile(r"^(?P<host>\S+)\s+:\s+ok=\d+\s+changed=(?P<changed>\d+)\s+unreachable=(?P<unreachable>\d+)")
+# Molecule's announcement of a step: "[<scenario> > <step>] Executing" (or, on a terminal,
+# "<scenario> \u279c <step>: Executing").
+STEP = re.compile(r"(?:\[\S+ > (?P<step>[a-z_]+)\]|\S+ \u279c (?P<term>[a-z_]+):) Executing\b")
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 pytestmark = pytest.mark.molecule
 
 
-def molecule(step, scenario, *extra, check=True):
+def plain(line):
+    """The line without colours and without the border molecule draws around a command's output."""
+    return ANSI.sub("", line).strip().lstrip("\u2502\u250c\u2514").strip()
+
+
+def run_test(scenario):
+    """molecule test -s scenario: (rc, {step: [lines]}, {step: seconds}), steps in the order they ran."""
     env = {**os.environ, "CONTAINERS_CONF": str(ROOT / "containers.conf"), "ANSIBLE_FORCE_COLOR": "0"}
-    argv = ["molecule", step, "-s", scenario, *extra]
-    proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
-    out = proc.stdout + proc.stderr
-    if check and proc.returncode != 0:
-        pytest.fail(f"molecule {step} -s {scenario} failed (rc {proc.returncode}):\n{out[-6000:]}", pytrace=False)
-    return out
+    argv = ["molecule", "test", "-s", scenario]
+    output, seconds = {"start": []}, {}
+    step, since = "start", time.monotonic()
+    with subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
+        for raw in proc.stdout:
+            line = plain(raw)
+            found = STEP.search(line)
+            if found:
+                now = time.monotonic()
+                seconds[step] = seconds.get(step, 0.0) + now - since
+                step, since = found.group("step") or found.group("term"), now
+                output.setdefault(step, [])
+            output[step].append(line)
+    seconds[step] = seconds.get(step, 0.0) + time.monotonic() - since
+    seconds.pop("start", None)
+    return proc.returncode, output, seconds
 
 
-def changed_hosts(output):
-    """Hosts whose PLAY RECAP line reports changed > 0 (all plays of the run)."""
-    hits = [m.groupdict() for line in output.splitlines() if (m := RECAP.match(line.strip()))]
-    assert hits, "no PLAY RECAP in the output:\n" + output[-3000:]
+def changed_hosts(lines):
+    """Hosts whose PLAY RECAP line reports changed > 0 (all plays of the step)."""
+    hits = [m.groupdict() for line in lines if (m := RECAP.match(line))]
+    assert hits, "no PLAY RECAP in the output:\n" + "\n".join(lines[-60:])
     return sorted({h["host"] for h in hits if int(h["changed"])})
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_scenario(scenario, record_property):
-    seconds = {}  # per step, printed in the run's summary (tests/conftest.py)
-
-    def step(name, *extra, check=True):
-        start = time.monotonic()
-        try:
-            return molecule(name, scenario, *extra, check=check)
-        finally:
-            label = "check" if "--check" in extra else name
-            seconds[label] = seconds.get(label, 0.0) + time.monotonic() - start
-
-    step("destroy")
-    try:
-        step("create")
-        step("prepare")
-        step("converge")
-        step("idempotence")
-        changed = changed_hosts(step("converge", "--", "--check", "--diff"))
-        assert not changed, f"--check on the converged instances reports changes on {changed}"
-        verified = step("verify")
-        assert re.search(r"\b\d+ passed\b", verified), f"verify ran no testinfra test:\n{verified[-3000:]}"
-    finally:
-        step("destroy", check=False)
-        record_property("molecule_steps", seconds)
+    rc, output, seconds = run_test(scenario)
+    record_property("molecule_steps", seconds)
+    tail = "\n".join(line for lines in output.values() for line in lines)[-6000:]
+    assert rc == 0, f"molecule test -s {scenario} failed (rc {rc}):\n{tail}"
+    expected = ["destroy", "create", "prepare", "converge", "idempotence", "check", "verify"]
+    assert all(step in output for step in expected), f"steps run: {list(output)}\n{tail}"
+    changed = changed_hosts(output["check"])
+    assert not changed, f"--check on the converged instances reports changes on {changed}"
+    verified = "\n".join(output["verify"])
+    assert re.search(r"\b\d+ passed\b", verified), f"verify ran no testinfra test:\n{verified[-3000:]}"
