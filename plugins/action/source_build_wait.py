@@ -21,6 +21,10 @@ from ansible.utils.display import Display
 
 display = Display()
 
+# Seconds the build started just before this task may take to take its lock (it runs detached): until
+# then its directory shows nothing, which is no end.
+START_GRACE_S = 30
+
 
 def new_lines(previous, current):
     """The lines of ``current`` after the overlap with ``previous`` (both are tails of one growing log)."""
@@ -51,9 +55,10 @@ class ActionModule(ActionBase):
         while True:
             waited = time.monotonic() - start
             wait = 0 if self._task.check_mode else min(interval, max(0, int(timeout - waited)))
+            grace = {"start_grace": max(0, int(START_GRACE_S - waited))} if "job_dir" in where else {}
             report = self._execute_module(
                 module_name="source_build_wait",
-                module_args={**where, "wait": wait, "lines": lines},
+                module_args={**where, "wait": wait, "lines": lines, **grace},
                 task_vars=task_vars,
             )
             if report.get("failed"):

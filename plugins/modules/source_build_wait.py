@@ -24,6 +24,13 @@ options:
   name_dir:
     description: The cache directory of the build name (C(<cache>/<name>)), to follow whichever key of it is building.
     type: path
+  start_grace:
+    description:
+      - Seconds during which a build with no trace yet is taken as starting (status C(starting), not done)
+        rather than absent. The role passes the time left of a grace period that begins when it starts the
+        detached build, which may not have taken its lock by the first poll.
+    type: int
+    default: 0
   wait:
     description: Seconds to wait for the end of the build before reporting.
     type: int
@@ -57,6 +64,7 @@ RETURN = r"""
 status:
   description:
     - running, cached (finished with its wheel), failed, lost or absent.
+    - starting while a build with no trace yet is within O(start_grace).
     - idle when O(name_dir) has no build running.
   returned: always
   type: str
@@ -91,6 +99,7 @@ def main():
             "name_dir": {"type": "path"},
             "wait": {"type": "int", "default": 60},
             "lines": {"type": "int", "default": 15},
+            "start_grace": {"type": "int", "default": 0},
         },
         mutually_exclusive=[("job_dir", "name_dir")],
         required_one_of=[("job_dir", "name_dir")],
@@ -100,7 +109,7 @@ def main():
     if p["name_dir"]:
         report = buildjob.wait_name(p["name_dir"], p["wait"], lines=p["lines"])
     else:
-        report = buildjob.wait(p["job_dir"], p["wait"], lines=p["lines"])
+        report = buildjob.wait(p["job_dir"], p["wait"], lines=p["lines"], start_grace_s=p["start_grace"])
     module.exit_json(changed=False, **report)
 
 

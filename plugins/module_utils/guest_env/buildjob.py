@@ -271,21 +271,29 @@ def _finish(job_dir, staging, info, state, rc, reason):  # noqa: PLR0917 (intern
     return state
 
 
-def wait(job_dir, wait_s, *, poll_s=2.0, lines=15, clock=time.monotonic, sleep=time.sleep):
-    """Wait up to ``wait_s`` for the job to end; report its status, elapsed time and log tail."""
-    deadline = clock() + wait_s
+def wait(job_dir, wait_s, *, poll_s=2.0, lines=15, clock=time.monotonic, sleep=time.sleep, start_grace_s=0.0):
+    """Wait up to ``wait_s`` for the job to end; report its status, elapsed time and log tail.
+
+    A job just started in the background reads as absent until it has taken its lock: for the first
+    ``start_grace_s`` seconds absent is no end, and is reported as ``starting`` (not done).
+    """
+    begun = clock()
+    deadline = begun + wait_s
     while True:
         current = status(job_dir)
-        if current != "running" or clock() >= deadline:
+        starting = current == "absent" and clock() < begun + start_grace_s
+        if (current != "running" and not starting) or clock() >= deadline:
             break
         sleep(min(poll_s, max(0.0, deadline - clock())))
+    if starting:
+        current = "starting"
     state = read_state(job_dir) or {}
     started = state.get("started")
     end = state.get("finished") or time.time()
     elapsed = round(end - started, 1) if started else None
     return {
         "status": current,
-        "done": current != "running",
+        "done": current not in ("running", "starting"),
         "elapsed": elapsed,
         "elapsed_human": format_elapsed(elapsed) if elapsed is not None else "",
         "rc": state.get("rc"),

@@ -258,3 +258,21 @@ def test_installed_from_compares_the_recorded_wheel_path(tmp_path):
     assert installed_from(str(site), wheel)
     assert not installed_from(str(site), wheel.replace("/abc/", "/def/"))
     assert not installed_from(str(tmp_path / "none"), wheel)
+
+
+def test_a_job_not_started_yet_is_starting_within_the_grace_and_absent_after(tmp_path):
+    """The role follows a build it has just started detached: no trace of it yet is no end, for a while."""
+    job = tmp_path / "demo" / "k1"
+    now = [0.0]
+
+    def clock():
+        return now[0]
+
+    def sleep(seconds):
+        now[0] += seconds
+
+    report = buildjob.wait(str(job), wait_s=5, poll_s=1, clock=clock, sleep=sleep, start_grace_s=30)
+    assert report["status"] == "starting" and report["done"] is False and now[0] == 5
+    report = buildjob.wait(str(job), wait_s=60, poll_s=1, clock=clock, sleep=sleep, start_grace_s=10)
+    assert report["status"] == "absent" and report["done"] is True and now[0] == 15
+    assert buildjob.wait(str(job), wait_s=60, poll_s=1, clock=clock, sleep=sleep)["status"] == "absent"

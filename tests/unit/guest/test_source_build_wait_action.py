@@ -66,3 +66,19 @@ def test_check_mode_looks_once_without_waiting():
 def test_one_of_job_dir_and_name_dir_is_required(args):
     with pytest.raises(AnsibleActionFail, match="one of job_dir"):
         follow(args, [])
+
+
+def test_a_build_just_started_gets_a_start_grace_that_shrinks_as_the_follow_goes_on(monkeypatch):
+    now = [100.0]
+    monkeypatch.setattr(ACTION.time, "monotonic", lambda: now[0])
+
+    class Reports(list):
+        def pop(self, index=-1):  # each module call takes 12 s
+            now[0] += 12
+            return super().pop(index)
+
+    reports = Reports([report("starting", False), report("running", False), report("cached", True)])
+    result, calls = follow({"job_dir": "/c/demo/k3", "interval": 1}, reports)
+    assert [c["start_grace"] for c in calls] == [30, 18, 6] and result["status"] == "cached"
+    _, calls = follow({"name_dir": "/c/demo", "interval": 1}, [report("idle", True)])
+    assert "start_grace" not in calls[0]
