@@ -175,7 +175,7 @@ def test_the_key_holds_the_compiler_and_the_build_packages_versions(host):
 
 def test_every_key_of_a_name_built_under_the_names_lock(host):
     # One build per name at a time, whatever its key: the lock is the name's, hidden from the key listing.
-    assert host.file(f"{CACHE}/.build.lock").is_file()
+    assert host.file(f"{CACHE}/.build.lock").is_file
     assert ".build.lock" not in build_dirs(host)
 
 
