@@ -1,41 +1,20 @@
 """Modules source_build_plan (on a real checkout: what its key and its job count are made of) and source_build_wait."""
 
-import contextlib
 import fcntl
-import importlib.util
-import io
 import json
 import os
 import sys
 from pathlib import Path
 
-import ansible.module_utils
 import pytest
-from ansible.module_utils.testing import patch_module_args
 from guest_env import buildjob
+from module_runner import load_module, run_module
 
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def load_module(name):
-    utils = str(ROOT / "plugins/module_utils")
-    if utils not in ansible.module_utils.__path__:
-        ansible.module_utils.__path__.append(utils)
-    spec = importlib.util.spec_from_file_location(f"inferhost_{name}", ROOT / "plugins/modules" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 PLAN = load_module("source_build_plan")
 WAIT = load_module("source_build_wait")
-
-
-def run_module(module, args):
-    out = io.StringIO()
-    with patch_module_args(args), contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):
-        module.main()
-    return json.loads(out.getvalue())
 
 
 def executable(path, text):

@@ -1,16 +1,11 @@
 """Reference data of the inference tests: checkpoint config excerpts and the example inventory's services."""
 
-import contextlib
-import importlib.util
-import io
 import json
 import shutil
 from pathlib import Path
 
-import ansible.module_utils
 import pytest
 import yaml
-from ansible.module_utils.testing import patch_module_args
 
 ROOT = Path(__file__).resolve().parents[3]
 MODELS = Path(__file__).with_name("fixtures") / "models"
@@ -54,22 +49,3 @@ def checkpoint(tmp_path):
         return target
 
     return make
-
-
-def load_module(name):
-    """Import one of our Ansible modules, with plugins/module_utils reachable as ansible.module_utils."""
-    utils = str(ROOT / "plugins/module_utils")
-    if utils not in ansible.module_utils.__path__:
-        ansible.module_utils.__path__.append(utils)
-    spec = importlib.util.spec_from_file_location(f"inferhost_{name}", ROOT / "plugins/modules" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def run_module(module, args):
-    """Run a module's main() with args; return its JSON result (failed results included)."""
-    out = io.StringIO()
-    with patch_module_args(args), contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):
-        module.main()
-    return json.loads(out.getvalue())

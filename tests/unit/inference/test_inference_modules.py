@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from inference_refdata import MODELS, REFERENCE, ROLE, ROOT, load_module, run_module
+from inference_refdata import MODELS, REFERENCE, ROLE, ROOT
+from module_runner import load_module, run_module
 
 PLAN = load_module("inference_service_plan")
 EDIT = load_module("inference_checkpoint_edit")

@@ -1,14 +1,9 @@
 """Helpers of the host-tier unit tests: load our Ansible modules, run them, build fake host trees."""
 
-import contextlib
-import importlib.util
-import io
-import json
 import sys
 from pathlib import Path
 
-import ansible.module_utils
-from ansible.module_utils.testing import patch_module_args
+from module_runner import load_module, run_module
 
 ROOT = Path(__file__).resolve().parents[3]
 FIXTURES = ROOT / "tests" / "fixtures" / "pve_host"
@@ -28,27 +23,3 @@ GPUS = [
 ]
 BRIDGE = {"address": "0000:00:01.1", "class": "0x060400", "vendor": "0x1022", "group": 10, "driver": "pcieport"}
 NIC = {"address": "0000:02:00.0", "class": "0x020000", "group": 11, "driver": "igb"}
-
-
-def load_module(name):
-    """Import one of our Ansible modules, with plugins/module_utils reachable as ansible.module_utils."""
-    utils = str(ROOT / "plugins" / "module_utils")
-    if utils not in ansible.module_utils.__path__:
-        ansible.module_utils.__path__.append(utils)
-    spec = importlib.util.spec_from_file_location(f"inferhost_{name}", ROOT / "plugins" / "modules" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def run_module(module, args, check_mode=False, diff=False):
-    """Run a module's main() with args; return its JSON result (failed results included)."""
-    args = dict(args)
-    if check_mode:
-        args["_ansible_check_mode"] = True
-    if diff:
-        args["_ansible_diff"] = True
-    out = io.StringIO()
-    with patch_module_args(args), contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):
-        module.main()
-    return json.loads(out.getvalue())
