@@ -73,6 +73,33 @@ def restore_a(host):
     host.run_expect([0], f"systemctl start {UNIT_A}")
 
 
+OLD = "inference-svc-old.service"
+
+
+def test_a_dropped_service_is_stopped_disabled_and_removed(host):
+    """prepare.yml ran svc-old; the converge's list drops it: nothing of it is left but the journal."""
+    assert host.run(f"systemctl is-active {OLD}").stdout.strip() in {"inactive", "unknown"}
+    assert "not-found" in host.run(f"systemctl show {OLD} --property LoadState").stdout
+    for path in (
+        f"/etc/systemd/system/{OLD}",
+        "/etc/inferhost/services/svc-old.secret.env",
+        "/var/lib/inferhost/svc-old",
+    ):
+        assert not host.file(path).exists, path
+    assert host.file("/var/lib/inferhost/svc-a").is_directory, "the services kept must keep their state"
+
+
+def test_the_dropped_service_freed_the_gpus_before_the_new_one_started(host):
+    def first(unit, text):
+        out = host.check_output(f"journalctl -u {unit} --no-pager -o short-unix")
+        stamps = [float(line.split()[0]) for line in out.splitlines() if text in line]
+        assert stamps, f"no {text!r} in the journal of {unit}"
+        return stamps[0]
+
+    released = first(OLD, "GPUs released")
+    assert released < first(UNIT_A, "are free and bound to nvidia")
+
+
 def test_units_are_rendered_as_designed(host):
     unit = host.file(f"/etc/systemd/system/{UNIT_A}").content_string
     for line in (
