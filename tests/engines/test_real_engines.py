@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -63,7 +62,10 @@ def engine_environment(engine):
     root = CACHE / f"{engine}-{PINS[engine]}"
     python = root / "bin" / "python"
     probe = [str(python), "-c", f"from importlib import metadata; print(metadata.version({engine!r}))"]
-    if python.exists() and subprocess.run(probe, capture_output=True, text=True).stdout.strip() == PINS[engine]:
+    if (
+        python.exists()
+        and subprocess.run(probe, capture_output=True, text=True, check=False).stdout.strip() == PINS[engine]
+    ):
         return root
     env = {**os.environ, "UV_PYTHON_DOWNLOADS": "never", "VIRTUAL_ENV": str(root)}
     subprocess.run([str(UV), "venv", "--quiet", "--clear", "--python", "python3", str(root)], check=True, env=env)
@@ -105,7 +107,7 @@ BAD = {
     # Multi-step scheduling left vLLM with its V0 engine: the flag is in older releases only.
     "vllm-removed-flag": ("minimax-m25", {"num-scheduler-steps": 8}, "unrecognized arguments: --num-scheduler-steps 8"),
     "vllm-bad-choice": ("kimi-k25", {"kv-cache-dtype": "bf16"}, "argument --kv-cache-dtype: invalid choice: 'bf16'"),
-    "sglang-misspelt-flag": ("qwen35", {"moe-runer-backend": "flashinfer_cutlass"}, "unrecognized arguments: --moe-runer-backend"),
+    "sglang-misspelt-flag": ("qwen35", {"moe-runer-backend": "triton"}, "unrecognized arguments: --moe-runer-backend"),
     # vLLM's name for the context length; SGLang calls it --context-length.
     "sglang-foreign-flag": ("qwen35", {"max-model-len": 65536}, "unrecognized arguments: --max-model-len 65536"),
     "sglang-bad-choice": ("qwen35", {"tool-call-parser": "qwen3-coder"}, "argument --tool-call-parser: invalid choice"),
