@@ -4,7 +4,8 @@
 Standard library only, so it runs with the system python3 of a bare Debian or Ubuntu container. It
 accepts the command lines the role builds for either engine (``vllm serve MODEL ...`` through a
 ``vllm`` wrapper, ``python -m sglang.launch_server --model-path MODEL ...`` through a ``sglang``
-package) and ignores the flags it does not know.
+package) and refuses, as the real release would, the arguments that release's parser refuses
+(standin_engine.py has its recorded arguments); its own options below are taken out first.
 
 Behaviour (flags, or STANDIN_* environment variables for use from a systemd unit):
 
@@ -79,6 +80,33 @@ def env_default(name, default, cast=str):
     return default if value in (None, "") else cast(value)
 
 
+STANDIN_OPTIONS = {  # the stand-in's own options (no engine has them), with whether each takes a value
+    "--load-delay": True,
+    "--ttft": True,
+    "--token-latency": True,
+    "--batch-slowdown": True,
+    "--reasoning": False,
+    "--reasoning-tokens": True,
+    "--answer-tokens": True,
+    "--hold": True,
+}
+
+
+def refuse_as_the_engine(engine, argv):
+    """Exit 2 with the engine's message when the real release's parser would refuse argv (standin_engine.py)."""
+    import standin_engine  # noqa: PLC0415  (beside this file, here and where install.yml puts both)
+
+    engine_args, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg.split("=", 1)[0] in STANDIN_OPTIONS:
+            skip = "=" not in arg and STANDIN_OPTIONS[arg]
+        else:
+            engine_args.append(arg)
+    standin_engine.parser_for(engine).parse_args(engine_args)  # prints "<prog>: error: ..." and exits 2
+
+
 def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     parser.add_argument("--model-path", "--model")
@@ -99,6 +127,7 @@ def parse_args(argv):
     if argv[:1] == ["serve"] and len(argv) > 1:  # vllm serve MODEL ...
         served, argv, engine = argv[1], argv[2:], "vllm"
     args, unknown = parser.parse_known_args(argv)
+    refuse_as_the_engine(engine, ([served] if served else []) + argv)
     args.engine = engine
     if engine == "vllm" and not args.api_key:
         args.api_key = os.environ.get("VLLM_API_KEY") or None  # vLLM's own fallback; SGLang has none
@@ -313,7 +342,7 @@ def main(argv=None):
         logging.basicConfig(level=logging.INFO, format="standin %(message)s", stream=sys.stdout, force=True)
         logging.getLogger("sglang.srt.entrypoints.engine").info(f"server_args={vars(args)!r}")
     if args.ignored:
-        log(f"ignoring engine flags: {' '.join(args.ignored)}")
+        log(f"engine flags accepted, without effect on the stand-in: {' '.join(args.ignored)}")
     threading.Thread(target=state.load, daemon=True).start()
     with contextlib.suppress(KeyboardInterrupt):
         server.serve_forever()

@@ -9,6 +9,8 @@ wheels and fails when the files drift, and checks that the stand-in and the real
 verdicts on the same command lines.
 
   standin_engine.py record ENGINE    (with the real engine's Python) prints the recording as JSON
+  standin_engine.py install          (with a venv's Python) makes its "vllm" and "sglang" the stand-ins:
+                                     the server, and the parsers and registries inference_engine_check asks
 
 Standard library only: the stand-in venv of the lab and molecule has nothing else. What the recording leaves
 out: vLLM's post-parse rules (``validate_parsed_serve_args``), its ``--flag_with_underscores`` and
@@ -20,10 +22,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import shutil
 import sys
+import sysconfig
 from pathlib import Path
 
-ENGINES_DIR = Path(__file__).with_name("engines")
+HERE = Path(__file__).resolve().parent
+ENGINES_DIR = HERE / "engines"
 PROGS = {"vllm": "vllm serve", "sglang": "sglang.launch_server"}
 
 
@@ -92,9 +97,51 @@ def record(engine):
     }
 
 
+def install_files():
+    """{path relative to the venv: text} of the stand-in engines in the running venv."""
+    site = Path(sysconfig.get_path("purelib")).relative_to(sys.prefix)
+    files = {
+        str(site / path.relative_to(HERE / "site")): path.read_text() for path in sorted((HERE / "site").rglob("*.py"))
+    }
+    files[str(site / "inferhost-standin.pth")] = f"{HERE}\n"  # read by python -I too
+    archs = ", ".join(architectures("sglang"))
+    files[str(site / "sglang/srt/models/recorded.py")] = (
+        f'"""The recorded SGLang\'s architectures."""\nEntryClass = [{archs}]\n'
+    )
+    for engine in PROGS:
+        metadata = f"Metadata-Version: 2.1\nName: {engine}\nVersion: {load(engine)['version']}\n"
+        files[str(site / f"{engine}-{load(engine)['version']}.dist-info" / "METADATA")] = metadata
+    files["bin/vllm"] = f"#!{sys.executable}\nimport sys\n\nimport openai_standin\n\nsys.exit(openai_standin.main())\n"
+    return files
+
+
+def install():
+    """Write the stand-in engines into the running venv; True when anything changed."""
+    prefix = Path(sys.prefix)
+    files = install_files()
+    changed = False
+    site = Path(sysconfig.get_path("purelib"))
+    for stale in [*site.glob("vllm-*.dist-info"), *site.glob("sglang-*.dist-info")]:
+        if str(stale.relative_to(prefix) / "METADATA") not in files:  # another recorded release's
+            shutil.rmtree(stale)
+            changed = True
+    for relative, text in files.items():
+        path = prefix / relative
+        if path.exists() and path.read_text() == text:
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        path.chmod(0o755 if relative.startswith("bin/") else 0o644)
+        changed = True
+    return changed
+
+
 if __name__ == "__main__":
+    if sys.argv[1:] == ["install"]:
+        print("changed" if install() else "unchanged")
+        sys.exit(0)
     if sys.argv[1:2] != ["record"] or len(sys.argv) != 3 or sys.argv[2] not in PROGS:
-        sys.exit("usage: standin_engine.py record vllm|sglang")
+        sys.exit("usage: standin_engine.py record vllm|sglang | install")
     with contextlib.redirect_stdout(sys.stderr):  # the engines log to stdout
         recording = record(sys.argv[2])
     json.dump(recording, sys.stdout, indent=1)

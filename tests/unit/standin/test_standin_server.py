@@ -96,11 +96,32 @@ def test_loading_answers_503_then_ready(standin):
     assert "ready to roll" in log
 
 
-def test_sglang_style_command_line_and_ignored_flags(standin):
-    server = standin("--model-path", "/m/X", "--served-model-name", "Y", "--tp-size", "8", "--attention-backend", "x")
+def test_sglang_style_command_line_takes_the_real_releases_arguments(standin):
+    server = standin(
+        "--model-path", "/m/X", "--served-model-name", "Y", "--tp-size", "8", "--attention-backend", "triton"
+    )
     server.wait_ready()
     assert json.loads(server.request("/v1/models")[1])["data"][0]["id"] == "Y"
-    assert "ignoring engine flags: --tp-size 8 --attention-backend x" in server.stop()
+    assert "--attention-backend triton" in server.stop()
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["serve", "/m/M", "--tensor-paralel-size", "2"],
+            "vllm serve: error: unrecognized arguments: --tensor-paralel-size",
+        ),
+        (["serve", "/m/M", "--kv-cache-dtype", "bf16"], "argument --kv-cache-dtype: invalid choice: 'bf16'"),
+        (["--model-path", "/m/X", "--max-model-len", "4096"], "sglang.launch_server: error: unrecognized arguments"),
+        (["--model-path", "/m/X", "--attention-backend", "x"], "argument --attention-backend: invalid choice: 'x'"),
+        (["--served-model-name", "Y"], "the following arguments are required: --model-path/--model"),
+    ],
+)
+def test_what_the_real_release_refuses_the_stand_in_refuses(argv, message):
+    done = subprocess.run([sys.executable, str(SERVER), *argv], capture_output=True, text=True, timeout=30, check=False)
+    assert done.returncode == 2
+    assert message in done.stderr
 
 
 def test_chat_completion_is_deterministic_and_stops(standin):

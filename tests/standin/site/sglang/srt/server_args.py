@@ -1,0 +1,9 @@
+"""The stand-in SGLang's server arguments: the real release's, recorded (tests/standin/standin_engine.py)."""
+
+import standin_engine
+
+
+class ServerArgs:
+    @staticmethod
+    def add_cli_args(parser):
+        standin_engine.add_arguments(parser, "sglang")

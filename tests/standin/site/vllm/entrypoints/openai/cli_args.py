@@ -1,0 +1,12 @@
+"""The stand-in ``vllm serve`` arguments: the real release's, recorded (tests/standin/standin_engine.py)."""
+
+import standin_engine
+
+
+def make_arg_parser(parser):
+    return standin_engine.add_arguments(parser, "vllm")
+
+
+def validate_parsed_serve_args(args):
+    """vLLM's post-parse rules are not recorded: the stand-in checks the arguments only."""
+    del args
