@@ -35,7 +35,7 @@ options:
   services:
     description:
       - The services as C(inference_service_plan) returns them; each needs C(name), C(engine),
-        C(environment) and C(argv), and may have C(architectures) (none when the checkpoint is not there yet).
+        C(virtualenv) and C(argv), and may have C(architectures) (none when the checkpoint is not there yet).
     type: list
     elements: dict
     required: true
@@ -189,7 +189,7 @@ def main():
         name = service["name"]
         result = results[name] = {"name": name, "engine": service["engine"], "version": None}
         result.update(checked=False, cached=False, refusals=[])
-        environment = str(service["environment"]).rstrip("/")
+        environment = str(service["virtualenv"]).rstrip("/")
         python = os.path.join(environment, "bin", "python")
         if not os.access(python, os.X_OK):
             message = f"{name}: no Python in {environment}: the environment is not built yet"

@@ -79,11 +79,8 @@ options:
     description: Fail when a service is refused; with C(false) the refusals are only returned.
     type: bool
     default: true
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
+extends_documentation_fragment:
+  - attributes.read_only
 """
 
 EXAMPLES = r"""
@@ -106,7 +103,11 @@ services:
   sample:
     - name: qwen35
       unit: inference-qwen35.service
+      engine: sglang
       engine_version: 0.5.9
+      virtualenv: /opt/venvs/sglang
+      model_path: /srv/models/Qwen3.5-397B-A17B-NVFP4
+      architectures: [Qwen3_5MoeForConditionalGeneration]
       refusals: []
       warnings: []
       edits: []
@@ -201,6 +202,10 @@ def plan_one(params, service, units):
     result.update(
         unit=unit,
         engine=service.get("engine"),
+        virtualenv=str(service.get("environment", "")),
+        model_path=model_path,
+        # What the engine's model registry must know (inference_engine_check); none before a download.
+        architectures=list((config or {}).get("architectures") or []),
         exec_start=command.systemd_command(argv),
         argv=command.display_argv(argv),
         environment=env,

@@ -90,7 +90,7 @@ def planned(service, environments, *, architectures=None, name=None):
     return {
         "name": name or service["name"],
         "engine": service["engine"],
-        "environment": str(environments[service["engine"]]),
+        "virtualenv": str(environments[service["engine"]]),
         "model_path": service["model"]["path"],
         "argv": command.build_argv(service),
         "architectures": architectures or config["architectures"],

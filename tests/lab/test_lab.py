@@ -173,6 +173,28 @@ def test_adding_or_removing_an_inactive_service_does_not_restart_the_active_one(
     assert _on(lab, "lab-ct", "systemctl is-active inference-lab-standin-b.service || true") == "inactive"
 
 
+def test_a_flag_the_engine_refuses_stops_the_play_before_the_running_service_is_touched(lab, deployed):
+    """The engine in the service's environment parses the unit's command line first: a misspelt flag fails
+    the play naming the service, the flag and the release, and the running unit is neither rewritten nor
+    restarted."""
+    unit = "inference-lab-standin.service"
+    started = _on(lab, "lab-ct", f"systemctl show -p MainPID -p ActiveEnterTimestampMonotonic {unit}")
+    unit_file = _on(lab, "lab-ct", f"sha256sum /etc/systemd/system/{unit}")
+    [service] = lab.hosts["lab-ct"]["inference_service_services"]
+    bad = {**service, "args": {**service.get("args", {}), "enable-prefix-cachng": True}}
+    rc, out = _ansible_playbook(
+        "playbooks/container.yml", "--tags", "role::inference_service",
+        "-e", json.dumps({"inference_service_services": [bad]}),
+    )  # fmt: skip
+    assert rc != 0, out[-3000:]
+    assert re.search(
+        r"lab-standin: vllm [0-9.]+ refuses its command line: unrecognized arguments: --enable-prefix-cachng", out
+    )
+    assert not re.search(r"changed=[1-9]", out), out[-3000:]
+    assert _on(lab, "lab-ct", f"sha256sum /etc/systemd/system/{unit}") == unit_file
+    assert _on(lab, "lab-ct", f"systemctl show -p MainPID -p ActiveEnterTimestampMonotonic {unit}") == started
+
+
 # Last: it replaces the converged machines with fresh ones, which the tests above rely on.
 def test_a_fresh_lab_in_check_mode_shows_the_changes(lab):
     """Against machines that were never converged, --check lists the changes and makes none."""

@@ -129,6 +129,12 @@ def test_units_are_rendered_as_designed(host):
     assert launcher.user == "root" and launcher.mode == 0o755
 
 
+def test_each_engine_accepted_its_service_and_the_verdicts_are_root_only(host):
+    cache = host.file("/var/cache/inferhost/engine-check.json")
+    assert cache.user == "root" and cache.mode == 0o600
+    assert sorted(json.loads(cache.content_string)) == ["svc-a", "svc-b"]
+
+
 def test_api_key_file_is_root_only(host):
     secret = host.file("/etc/inferhost/services/svc-a.secret.env")
     assert secret.user == "root" and secret.mode == 0o600

@@ -32,12 +32,12 @@ def venv(tmp_path_factory):
 
 def vllm(venv, name="v", *args, archs=("Qwen3ForCausalLM",)):
     argv = [f"{venv}/bin/vllm", "serve", "/srv/models/m", "--tensor-parallel-size", "2", *args]
-    return {"name": name, "engine": "vllm", "environment": str(venv), "argv": argv, "architectures": list(archs)}
+    return {"name": name, "engine": "vllm", "virtualenv": str(venv), "argv": argv, "architectures": list(archs)}
 
 
 def sglang(venv, name="s", *args, archs=("Qwen3ForCausalLM",)):
     argv = [f"{venv}/bin/python", "/usr/local/libexec/inferhost/sglang-launch", "--model-path", "/srv/models/m", *args]
-    return {"name": name, "engine": "sglang", "environment": str(venv), "argv": argv, "architectures": list(archs)}
+    return {"name": name, "engine": "sglang", "virtualenv": str(venv), "argv": argv, "architectures": list(archs)}
 
 
 def check(services, cache, **extra):
