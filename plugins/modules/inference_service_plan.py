@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import glob
+import hashlib
 import os
 
 from ansible.module_utils.basic import AnsibleModule
@@ -106,6 +107,7 @@ services:
       engine: sglang
       engine_version: 0.5.9
       virtualenv: /opt/venvs/sglang
+      packages_id: 3f9a0c1d2e4b5a69
       model_path: /srv/models/Qwen3.5-397B-A17B-NVFP4
       architectures: [Qwen3_5MoeForConditionalGeneration]
       refusals: []
@@ -137,6 +139,23 @@ def installed_version(environment, engine):
                 if not line.strip():
                     break
     return None
+
+
+def packages_id(environment):
+    """A short hash of every package installed in a venv, by its RECORD (file hashes included), or None.
+
+    The unit carries it: a rebuilt environment (a new engine or torch, a rebuilt extension) rewrites the unit,
+    which restarts the service once the engine has accepted it, instead of leaving the old code running.
+    """
+    records = sorted(glob.glob(os.path.join(environment, "lib", "python*", "site-packages", "*.dist-info", "RECORD")))
+    if not records:
+        return None
+    digest = hashlib.sha256()
+    for path in records:
+        digest.update(os.path.basename(os.path.dirname(path)).encode() + b"\0")
+        with open(path, "rb") as handle:
+            digest.update(handle.read())
+    return digest.hexdigest()[:16]
 
 
 def checkpoint_size(modelconfig, path):
@@ -203,6 +222,7 @@ def plan_one(params, service, units):
         unit=unit,
         engine=service.get("engine"),
         virtualenv=str(service.get("environment", "")),
+        packages_id=packages_id(str(service.get("environment", ""))),
         model_path=model_path,
         # What the engine's model registry must know (inference_engine_check); none before a download.
         architectures=list((config or {}).get("architectures") or []),

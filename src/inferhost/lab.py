@@ -354,7 +354,10 @@ def install_standins(lab: Lab) -> str:
     gpus = [g["address"] for g in lab.hosts[_pve_host(lab)]["inferhost_gpus"]]
     # The machines keep their stand-ins; install them again only when they or their definition changed.
     stamp = hashlib.sha256(
-        b"".join(p.read_bytes() for p in (STANDINS, STANDINS.parent / "openai_standin.py")) + repr(gpus).encode()
+        b"".join(
+            p.read_bytes() for p in sorted(STANDINS.parent.rglob("*")) if p.is_file() and "__pycache__" not in p.parts
+        )
+        + repr(gpus).encode()
     ).hexdigest()[:16]
     stale = [
         h

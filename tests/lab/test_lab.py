@@ -4,6 +4,7 @@ the GPUs move to the VM and back through the playbook, and the stand-in service 
 
 import json
 import re
+import shlex
 import subprocess
 
 import pytest
@@ -193,6 +194,59 @@ def test_a_flag_the_engine_refuses_stops_the_play_before_the_running_service_is_
     assert not re.search(r"changed=[1-9]", out), out[-3000:]
     assert _on(lab, "lab-ct", f"sha256sum /etc/systemd/system/{unit}") == unit_file
     assert _on(lab, "lab-ct", f"systemctl show -p MainPID -p ActiveEnterTimestampMonotonic {unit}") == started
+
+
+# A new release of the stand-in vLLM on lab-ct: its recording with another version and, optionally, one flag
+# taken out, installed as standin_engine.py installs a release (new files, a new RECORD).
+_RELEASE = """
+import json, subprocess, sys
+path = "/opt/standin/engines/vllm.json"
+data = json.load(open(path + ".orig"))
+data["version"] = sys.argv[1]
+data["arguments"] = [a for a in data["arguments"] if sys.argv[2] not in a["flags"]]
+json.dump(data, open(path, "w"))
+subprocess.run(["/opt/venvs/standin/bin/python", "/opt/standin/standin_engine.py", "install"], check=True)
+"""
+
+
+_RECORDING = "/opt/standin/engines/vllm.json"
+_STANDIN = "/opt/standin/standin_engine.py"
+
+
+def _release(lab, version, without="-"):
+    _on(lab, "lab-ct", f"test -e {_RECORDING}.orig || cp -p {_RECORDING} {_RECORDING}.orig")
+    _on(lab, "lab-ct", f"python3 -c {shlex.quote(_RELEASE)} {version} {without}")
+
+
+def test_a_new_engine_release_restarts_the_service_only_once_the_engine_accepts_it(lab, deployed):
+    """Day two: a rebuilt environment rewrites the unit's packages line, so the service restarts on the new
+    release, but only after that release has parsed the command line; one that refuses it leaves the old
+    service running. Going back to the first release restarts it again, and then nothing changes."""
+    unit = "inference-lab-standin.service"
+    show = f"systemctl show -p MainPID -p ActiveEnterTimestampMonotonic {unit}"
+    unit_file = f"sha256sum /etc/systemd/system/{unit}"
+    started, written = _on(lab, "lab-ct", show), _on(lab, "lab-ct", unit_file)
+    try:
+        _release(lab, "99.0.0", without="--enable-prefix-caching")
+        rc, out = _ansible_playbook("playbooks/container.yml", "--tags", "role::inference_service")
+        assert rc != 0, out[-3000:]
+        assert "vllm 99.0.0 refuses its command line: unrecognized arguments: --enable-prefix-caching" in out
+        assert (_on(lab, "lab-ct", show), _on(lab, "lab-ct", unit_file)) == (started, written)
+
+        _release(lab, "99.0.0")
+        rc, out = _ansible_playbook("playbooks/container.yml", "--tags", "role::inference_service")
+        assert rc == 0, out[-3000:]
+        assert _on(lab, "lab-ct", show) != started
+        assert "Engine vllm 99.0.0" in _on(lab, "lab-ct", f"cat /etc/systemd/system/{unit}")
+    finally:
+        _on(lab, "lab-ct", f"cp {_RECORDING}.orig {_RECORDING} && /opt/venvs/standin/bin/python {_STANDIN} install")
+    upgraded = _on(lab, "lab-ct", show)
+    rc, out = _ansible_playbook("playbooks/container.yml", "--tags", "role::inference_service")
+    assert rc == 0, out[-3000:]
+    assert _on(lab, "lab-ct", show) != upgraded
+    assert _on(lab, "lab-ct", unit_file) == written
+    rc, out = _ansible_playbook("playbooks/container.yml", "--tags", "role::inference_service")
+    assert rc == 0 and not re.search(r"changed=[1-9]", out), out[-3000:]
 
 
 # Last: it replaces the converged machines with fresh ones, which the tests above rely on.

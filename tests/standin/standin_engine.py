@@ -20,8 +20,11 @@ out: vLLM's post-parse rules (``validate_parsed_serve_args``), its ``--flag_with
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
+import hashlib
 import json
+import os
 import shutil
 import sys
 import sysconfig
@@ -97,6 +100,11 @@ def record(engine):
     }
 
 
+def record_hash(text):
+    """A file's hash as a wheel's RECORD writes it (urlsafe base64 of the SHA-256, unpadded)."""
+    return base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
+
+
 def install_files():
     """{path relative to the venv: text} of the stand-in engines in the running venv."""
     site = Path(sysconfig.get_path("purelib")).relative_to(sys.prefix)
@@ -108,10 +116,22 @@ def install_files():
     files[str(site / "sglang/srt/models/recorded.py")] = (
         f'"""The recorded SGLang\'s architectures."""\nEntryClass = [{archs}]\n'
     )
-    for engine in PROGS:
-        metadata = f"Metadata-Version: 2.1\nName: {engine}\nVersion: {load(engine)['version']}\n"
-        files[str(site / f"{engine}-{load(engine)['version']}.dist-info" / "METADATA")] = metadata
     files["bin/vllm"] = f"#!{sys.executable}\nimport sys\n\nimport openai_standin\n\nsys.exit(openai_standin.main())\n"
+    for engine in PROGS:
+        dist_info = site / f"{engine}-{load(engine)['version']}.dist-info"
+        files[str(dist_info / "METADATA")] = (
+            f"Metadata-Version: 2.1\nName: {engine}\nVersion: {load(engine)['version']}\n"
+        )
+        # As a wheel's RECORD (paths relative to site-packages): each file with its hash, and the recording,
+        # which is what the stand-in runs.
+        owned = {
+            os.path.relpath(p, site): t
+            for p, t in files.items()
+            if p.startswith((str(site / engine) + "/", str(dist_info)))
+        }
+        owned[f"{HERE}/engines/{engine}.json"] = (ENGINES_DIR / f"{engine}.json").read_text(encoding="utf-8")
+        lines = [f"{p},sha256={record_hash(t)},{len(t.encode())}" for p, t in sorted(owned.items())]
+        files[str(dist_info / "RECORD")] = "\n".join([*lines, f"{dist_info.name}/RECORD,,"]) + "\n"
     return files
 
 
