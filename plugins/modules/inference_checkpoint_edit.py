@@ -41,11 +41,8 @@ options:
     description: Keep a timestamped copy of the original before writing.
     type: bool
     default: true
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: full
+extends_documentation_fragment:
+  - attributes.edit
 """
 
 EXAMPLES = r"""

@@ -37,11 +37,8 @@ options:
     description: Seconds CUDA initialisation may take.
     type: int
     default: 60
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
+extends_documentation_fragment:
+  - attributes.read_only
 """
 
 EXAMPLES = r"""

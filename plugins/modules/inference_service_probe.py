@@ -20,29 +20,16 @@ description:
 version_added: "0.1.0"
 author: inferhost contributors
 options:
-  url:
-    description: Base URL of the service, for example C(http://127.0.0.1:8000).
-    type: str
-    required: true
-  model:
-    description: The served model name that C(/v1/models) must list.
-    type: str
-    required: true
   unit:
     description: The systemd unit of the service; its state and last log line are reported.
     type: str
-  secret_file:
-    description: Environment file with C(INFERHOST_API_KEY=...); missing or empty means no key.
-    type: path
   http_timeout:
     description: Seconds per HTTP request.
     type: int
     default: 5
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
+extends_documentation_fragment:
+  - inference_client
+  - attributes.read_only
 """
 
 EXAMPLES = r"""

@@ -17,21 +17,10 @@ description:
 version_added: "0.1.0"
 author: inferhost contributors
 options:
-  url:
-    description: Base URL of the service.
-    type: str
-    required: true
-  model:
-    description: Served model name that C(/v1/models) must list.
-    type: str
-    required: true
   unit:
     description: The service's systemd unit.
     type: str
     required: true
-  secret_file:
-    description: Environment file holding C(INFERHOST_API_KEY) on the target.
-    type: path
   timeout:
     description: Seconds to wait in all.
     type: int
@@ -44,6 +33,8 @@ options:
     description: Seconds an inactive unit may take to begin starting.
     type: int
     default: 30
+extends_documentation_fragment:
+  - inference_client
 attributes:
   action:
     support: full

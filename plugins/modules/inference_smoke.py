@@ -24,14 +24,6 @@ description:
 version_added: "0.1.0"
 author: inferhost contributors
 options:
-  url:
-    description: Base URL of the service.
-    type: str
-    required: true
-  model:
-    description: Served model name.
-    type: str
-    required: true
   prompts:
     description: Each with C(prompt), optional C(expect) (text, or a list of alternatives, that the answer must
       contain, case-insensitive) and optional C(max_tokens).
@@ -46,18 +38,13 @@ options:
     description: Room on the second try, for a model that spent the first on reasoning.
     type: int
     default: 4096
-  secret_file:
-    description: Environment file holding C(INFERHOST_API_KEY); missing means no key.
-    type: path
   request_timeout:
     description: Seconds one request may take.
     type: int
     default: 600
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
+extends_documentation_fragment:
+  - inference_client
+  - attributes.read_only
 """
 
 EXAMPLES = r"""

@@ -13,55 +13,16 @@ description:
   - Logs in to the PVE API with the given credentials and reads the API version, nothing else.
   - A refused login fails naming O(variable), the inventory variable the password comes from, so that a wrong
     password is refused before it is written anywhere (gpu-switch's password file) or used for a change.
+  - With O(api_backend=local) (pvesh on the node) there is no login to try; it returns at once.
   - Read-only; runs the same in check mode.
 options:
   variable:
     description: The name of the variable that holds the password (or token), for the message.
     type: str
     required: true
-  api_backend:
-    description: https (default) or local (pvesh on the node; nothing to try).
-    type: str
-    choices: [https, local]
-    default: https
-  api_host:
-    description: API host.
-    type: str
-    default: localhost
-  api_port:
-    description: API port.
-    type: int
-    default: 8006
-  api_user:
-    description: User, such as root@pam.
-    type: str
-    default: root@pam
-  api_password:
-    description: The password.
-    type: str
-  api_token_id:
-    description: API token name, instead of a password.
-    type: str
-  api_token_secret:
-    description: API token secret.
-    type: str
-  validate_certs:
-    description: Verify the API's TLS certificate.
-    type: bool
-    default: true
-  ca_path:
-    description: CA file to verify the certificate with.
-    type: path
-  api_timeout:
-    description: Seconds per API call.
-    type: int
-    default: 30
-requirements: [proxmoxer >= 2.0]
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
+extends_documentation_fragment:
+  - pve_api
+  - attributes.read_only
 author: inferhost contributors
 """
 

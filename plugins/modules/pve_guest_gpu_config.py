@@ -34,45 +34,7 @@ description:
     when PVE refuses, with what to use instead.
 version_added: "0.1.0"
 author: inferhost contributors
-requirements: [proxmoxer >= 2.0]
 options:
-  api_backend:
-    description: C(https) talks to O(api_host); C(local) runs C(pvesh) on the node itself, as root (root@pam).
-    type: str
-    choices: [https, local]
-    default: https
-  api_host:
-    description: The PVE API host (env C(PROXMOX_HOST)).
-    type: str
-    default: localhost
-  api_port:
-    description: The PVE API port.
-    type: int
-    default: 8006
-  api_user:
-    description: User to log in as (env C(PROXMOX_USER)). C(devN) and raw C(hostpciN) need C(root@pam).
-    type: str
-    default: root@pam
-  api_password:
-    description: The user's password (env C(PROXMOX_PASSWORD)); keep it in Ansible Vault.
-    type: str
-  api_token_id:
-    description: Name of an API token of O(api_user) (env C(PROXMOX_TOKEN_ID)); PVE refuses tokens for C(devN).
-    type: str
-  api_token_secret:
-    description: The token's secret (env C(PROXMOX_TOKEN_SECRET)).
-    type: str
-  validate_certs:
-    description: Verify the API's TLS certificate.
-    type: bool
-    default: true
-  ca_path:
-    description: CA file to verify the certificate with (on a node, C(/etc/pve/pve-root-ca.pem)).
-    type: path
-  api_timeout:
-    description: Seconds an API call may take (proxmoxer's own default, 5, is too short for a loaded host).
-    type: int
-    default: 30
   node:
     description: The PVE node the guest is on.
     type: str
@@ -156,11 +118,9 @@ options:
     description: Prefix of error messages, naming the inventory variable that described this guest.
     type: str
     default: ""
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: full
+extends_documentation_fragment:
+  - pve_api
+  - attributes.edit
 """
 
 EXAMPLES = r"""

@@ -71,11 +71,8 @@ options:
     description: The mokutil command used to test the enrolment.
     type: str
     default: mokutil
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
+extends_documentation_fragment:
+  - attributes.read_only
 """
 
 EXAMPLES = r"""

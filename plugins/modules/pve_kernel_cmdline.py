@@ -39,11 +39,8 @@ options:
     description: Keep a timestamped copy of the file before changing it.
     type: bool
     default: true
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: full
+extends_documentation_fragment:
+  - attributes.edit
 """
 
 EXAMPLES = r"""

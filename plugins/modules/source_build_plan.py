@@ -147,11 +147,8 @@ options:
     description: Free text in the key, to force a rebuild.
     type: str
     default: ""
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
+extends_documentation_fragment:
+  - attributes.read_only
 author: inferhost contributors
 """
 

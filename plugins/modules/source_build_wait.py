@@ -39,11 +39,8 @@ options:
     description: Lines of the log to return.
     type: int
     default: 15
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
+extends_documentation_fragment:
+  - attributes.read_only
 author: inferhost contributors
 """
 

@@ -45,11 +45,8 @@ options:
     description: Leading path components to remove from the diff's paths (C(-p)).
     type: int
     default: 1
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: full
+extends_documentation_fragment:
+  - attributes.edit
 author: inferhost contributors
 """
 

@@ -43,11 +43,8 @@ options:
     type: list
     elements: str
     default: []
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
+extends_documentation_fragment:
+  - attributes.read_only
 author: inferhost contributors
 """
 

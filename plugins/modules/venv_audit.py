@@ -57,11 +57,8 @@ options:
     description: Fail when drift is found (after reporting it).
     type: bool
     default: false
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
+extends_documentation_fragment:
+  - attributes.read_only
 author: inferhost contributors
 """
 

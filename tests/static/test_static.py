@@ -1,13 +1,18 @@
 """Static checks of the whole repository: each must report nothing."""
 
 import ast
+import importlib.util
+import json
 import subprocess
 from pathlib import Path
+from unittest import mock
 
 import pytest
 import yaml
+from module_runner import load_module
 
 ROOT = Path(__file__).resolve().parents[2]
+MODULES = sorted(p.stem for p in (ROOT / "plugins" / "modules").glob("*.py"))
 pytestmark = pytest.mark.static
 
 
@@ -53,7 +58,7 @@ def test_syntax_check(playbook):
     run("ansible-playbook", "--syntax-check", playbook)
 
 
-@pytest.mark.parametrize("module", sorted(p.name for p in (ROOT / "plugins" / "modules").glob("*.py")))
+@pytest.mark.parametrize("module", [f"{name}.py" for name in MODULES])
 def test_module_documentation_is_yaml(module):
     # ansible-doc and ansible-lint read these blocks as YAML; a stray "key: value" inside prose breaks them.
     tree = ast.parse((ROOT / "plugins" / "modules" / module).read_text())
@@ -71,3 +76,82 @@ def test_module_documentation_is_yaml(module):
         except yaml.YAMLError as err:
             pytest.fail(f"{module} {name} is not valid YAML: {err}")
     assert yaml.safe_load(blocks["DOCUMENTATION"])["module"] == module[:-3]
+
+
+def ansible_doc(*names):
+    """{name: documentation} as ansible-doc renders it, the doc fragments it extends merged in; or its error."""
+    proc = subprocess.run(
+        ["ansible-doc", "-t", "module", "--json", *names], cwd=ROOT, capture_output=True, text=True, check=False
+    )
+    # An unknown fragment (ansible.cfg's doc_fragment_plugins) or a broken block fails the whole call.
+    return json.loads(proc.stdout) if proc.returncode == 0 else proc.stderr.strip()[-3000:]
+
+
+@pytest.fixture(scope="module")
+def module_docs():
+    """{module: its rendered documentation, or the error ansible-doc gave for it}."""
+    docs = ansible_doc(*MODULES)
+    if not isinstance(docs, str):
+        return docs
+    # One module failed the call: ask module by module, so that the failure is that module's alone.
+    docs = {name: ansible_doc(name) for name in MODULES}
+    return {name: one if isinstance(one, str) else one[name] for name, one in docs.items()}
+
+
+class GivenSpec(Exception):
+    """Raised in place of building the AnsibleModule: main() got as far as its argument spec."""
+
+
+def argument_spec(name):
+    """The argument spec a module's main() builds, or None for a module without main() (an action does its work)."""
+    module = load_module(name)
+    if not hasattr(module, "main"):
+        return None
+
+    def stop(argument_spec, **_):
+        raise GivenSpec(argument_spec)
+
+    with mock.patch.object(module, "AnsibleModule", stop), pytest.raises(GivenSpec) as given:
+        module.main()
+    return given.value.args[0]
+
+
+def action_arguments(name):
+    path = ROOT / "plugins" / "action" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"inferhost_action_{name}", path)
+    action = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(action)
+    return set(action.ActionModule._VALID_ARGS)
+
+
+def agreed(options, nested):
+    """What documentation and argument spec must both say of each option; nested: the key of its sub-options."""
+    return {
+        name: {
+            "type": option.get("type", "str"),
+            "required": bool(option.get("required")),
+            "default": option.get("default"),
+            "choices": list(option["choices"]) if option.get("choices") else None,
+            "elements": option.get("elements"),
+            "options": agreed(option.get(nested) or {}, nested),
+        }
+        for name, option in options.items()
+    }
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_module_documentation_matches_its_argument_spec(module, module_docs):
+    rendered = module_docs[module]
+    assert not isinstance(rendered, str), f"ansible-doc cannot render {module}: {rendered}"
+    documented = agreed(rendered["doc"].get("options") or {}, "suboptions")
+    spec = argument_spec(module)
+    if spec is None:
+        assert set(documented) == action_arguments(module), f"{module}: documented options differ from the action's"
+        return
+    taken = agreed(spec, "options")
+    differ = {
+        name: {"documented": documented.get(name), "taken": taken.get(name)}
+        for name in sorted(set(documented) | set(taken))
+        if documented.get(name) != taken.get(name)
+    }
+    assert not differ, f"{module}: documentation and argument spec disagree: {differ}"
