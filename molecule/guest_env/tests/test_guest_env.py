@@ -123,12 +123,25 @@ def test_the_installed_extension_carries_the_current_patch(host):
 
 
 def test_each_patch_set_built_once_and_no_cache_hit_started_a_compiler(host):
-    # prepare built with patch answer-40, converge with answer-42; the idempotence and --check runs
-    # that followed found both in the cache and must not have compiled anything.
+    # prepare built with patch answer-40 against iniconfig 2.0.0 (the nightly torch's part), then against
+    # 2.1.0 (a rebuild), then 2.0.0 again (a cache hit, prepare checks the count); converge built answer-42.
+    # The idempotence and --check runs that followed found everything in the cache and compiled nothing.
     compiles = [line for line in host.file(CC_LOG).content_string.splitlines() if " -c src/native.c " in line]
-    assert len(compiles) == 2
+    assert len(compiles) == 3
     builds = build_dirs(host)
-    assert sorted(b["key_inputs"]["patches"][0]["name"] for b in builds.values()) == ["answer-40", "answer-42"]
+    patches = sorted(b["key_inputs"]["patches"][0]["name"] for b in builds.values())
+    assert patches == ["answer-40", "answer-40", "answer-42"]
+
+
+def test_a_new_nightly_kept_the_previous_wheel_and_both_name_what_they_linked(host):
+    linked = sorted(
+        json.dumps(b["key_inputs"]["linked_packages"], sort_keys=True)
+        for b in build_dirs(host).values()
+        if b["key_inputs"]["patches"][0]["name"] == "answer-40"
+    )
+    assert linked == [json.dumps({"iniconfig": "2.0.0"}), json.dumps({"iniconfig": "2.1.0"})]
+    for key, build in build_dirs(host).items():
+        assert host.check_output(f"ls {CACHE}/{key}/*.whl"), build
 
 
 def test_the_installed_wheel_is_the_one_of_the_current_key(host):
