@@ -170,7 +170,8 @@ def test_adding_or_removing_an_inactive_service_does_not_restart_the_active_one(
             "-e", json.dumps({"inference_service_services": listed}),
         )  # fmt: skip
         assert rc == 0, out[-3000:]
-        assert _on(lab, "lab-ct", f"systemctl show -p MainPID -p ActiveEnterTimestampMonotonic {unit}") == started
+        now = _on(lab, "lab-ct", f"systemctl show -p MainPID -p ActiveEnterTimestampMonotonic {unit}")
+        assert now == started, out[-6000:]
     assert _on(lab, "lab-ct", "systemctl is-active inference-lab-standin-b.service || true") == "inactive"
 
 

@@ -33,8 +33,10 @@ def served_name(service):
 
 
 def _args(extra):
+    # Sorted: the engines' parsers take flags in any order, so the same mapping in another order (another
+    # inventory file, extra vars) gives the same unit and never restarts a model for nothing.
     out = []
-    for key, value in (extra or {}).items():
+    for key, value in sorted((extra or {}).items()):
         flag = "--" + str(key).lstrip("-")
         if value is None or value is False:
             continue

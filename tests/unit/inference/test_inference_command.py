@@ -41,9 +41,20 @@ def test_sglang_reference_command(services):
     ]
     joined = " ".join(argv)
     assert "--tp-size 8 --kv-cache-dtype bf16 --dist-timeout 1800" in joined
-    assert "--attention-backend triton --moe-runner-backend flashinfer_cutlass" in joined
-    assert "--fp4-gemm-backend flashinfer_cudnn --disable-custom-all-reduce" in joined
+    # The service's args, sorted by flag whatever the order of the mapping.
+    assert joined.endswith(
+        "--attention-backend triton --disable-custom-all-reduce --fp4-gemm-backend flashinfer_cudnn "
+        "--moe-runner-backend flashinfer_cutlass --reasoning-parser qwen3 --tool-call-parser qwen3_coder "
+        "--trust-remote-code"
+    )
     assert "--api-key" not in argv and "INFERHOST_API_KEY" not in joined
+
+
+def test_the_args_mappings_order_does_not_change_the_command_line(services):
+    service = services["kimi-k25"]
+    reordered = {**service, "args": dict(reversed(list(service["args"].items())))}
+    assert list(reordered["args"]) != list(service["args"])
+    assert build_argv(reordered) == build_argv(service)
 
 
 def test_sglang_launcher_path_is_a_parameter(services):
