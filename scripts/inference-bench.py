@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Concurrency sweep against an OpenAI-compatible server: output tok/s, TTFT and TPOT per concurrency.
 
-Standard library only: playbooks/benchmark.yml copies it to the guest and runs it there with the system
+Standard library only: playbooks/benchmark.yml copies it to the guest, with the API client it imports
+(plugins/module_utils/inference/client.py, in the repository's layout), and runs it there with the system
 python3, next to the service (which usually listens on 127.0.0.1 only).
 
   inference-bench.py --url http://127.0.0.1:8000 --model NAME [--key-file FILE]
@@ -27,6 +28,12 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
+
+# The key file is read as the modules read it; on the guest the client sits in the same layout.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugins" / "module_utils"))
+
+from inference.client import read_key  # noqa: E402
 
 VOCABULARY = [
     "alpha",
@@ -63,21 +70,6 @@ VOCABULARY = [
     "ocean",
     "forest",
 ]
-
-
-def read_key(path):
-    if not path:
-        return None
-    try:
-        with open(path, encoding="utf-8") as handle:
-            for line in handle:
-                name, sep, value = line.strip().partition("=")
-                if sep and name == "INFERHOST_API_KEY":
-                    value = value.strip().strip('"')
-                    return value or None
-    except FileNotFoundError:
-        return None
-    return None
 
 
 def prompt(index, words, rng):

@@ -1,8 +1,8 @@
 """Talking to an OpenAI-compatible service from the guest: the API key file and plain JSON requests.
 
 Standard library only. The key is read on the guest from the unit's root-only environment file, so it
-never travels through Ansible. (scripts/inference-bench.py and the GPU guard run without Ansible and
-carry their own few lines for the same.)
+never travels through Ansible. scripts/inference-bench.py reads its key file with read_key too: it runs
+without Ansible, and playbooks/benchmark.yml copies this file to the guest with it.
 """
 
 from __future__ import annotations

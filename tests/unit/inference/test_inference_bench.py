@@ -27,10 +27,11 @@ def server(tmp_path):
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
+    # A key with a quote, escaped as in a systemd environment file: the client reads it as the modules do.
     key_file = tmp_path / "secret.env"
-    key_file.write_text('INFERHOST_API_KEY="k3y"\n')
+    key_file.write_text('INFERHOST_API_KEY="k\\"3y"\n')
     proc = subprocess.Popen(
-        [sys.executable, str(STANDIN), "serve", "/m/Bench", "--port", str(port), "--api-key", "k3y"],
+        [sys.executable, str(STANDIN), "serve", "/m/Bench", "--port", str(port), "--api-key", 'k"3y'],
         stdout=subprocess.DEVNULL,
         env={"STANDIN_TOKEN_LATENCY": "0.001", "STANDIN_TTFT": "0.01", "PATH": "/usr/bin:/bin"},
     )
