@@ -18,17 +18,17 @@ module: inference_engine_check
 short_description: Ask each service's engine, in its own environment, whether it would take the service
 description:
   - For every service, runs the Python of the service's virtual environment on a small script
-    (C(module_utils/inference/engine_check.py)): the exact command line the unit will run goes through the
+    (C(module_utils/inference/engine_check.py)). The exact command line the unit will run goes through the
     installed engine's own argument parser (C(vllm serve)'s, or SGLang's C(ServerArgs)), and the
     checkpoint's C(config.json) C(architectures) are looked up in the engine's model registry.
   - A refusal names the service, the argument or architecture, and the engine and its version. The play stops
     before any unit is written or restarted, so a running service keeps running.
   - Services of one environment are checked by one process. A verdict that passed is remembered in
     O(cache), keyed by the arguments, the architectures, the engine's installed files and this check, so a
-    run that changes none of them starts no engine. The cache is bookkeeping, not configuration: writing it
+    run that changes none of them starts no engine. The cache is bookkeeping, not configuration; writing it
     is not reported as a change.
   - Without a GPU (the GPUs are with the VM, or the machine has none), vLLM's parser is run on its CPU
-    platform; parsing only, nothing is loaded.
+    platform. Parsing only, nothing is loaded.
 version_added: "0.2.0"
 author: inferhost contributors
 options:
