@@ -2,14 +2,11 @@
 idempotence and check mode at the role level, and bad inputs stopped before any change with the variable named."""
 
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import yaml
+from localhost import run_playbook
 
-ROOT = Path(__file__).resolve().parents[2]
 GPUS = [
     {"address": "0000:01:00.0", "slot": "0000:01:00", "index": 0, "minor": 0},
     {"address": "0000:81:00.0", "slot": "0000:81:00", "index": 1, "minor": 1},
@@ -57,18 +54,7 @@ def play(pve, fakepve_cafile, tmp_path):
         path.write_text(
             yaml.safe_dump([{"name": "Wire the GPUs", "hosts": "localhost", "gather_facts": False, "roles": [role]}])
         )
-        argv = [
-            "ansible-playbook",
-            "-i",
-            "localhost,",
-            "-c",
-            "local",
-            "-e",
-            f"ansible_python_interpreter={sys.executable}",
-            str(path),
-            *extra,
-        ]
-        proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, check=False)
+        proc = run_playbook(path, *extra)
         recap = re.search(r"localhost\s+:\s+ok=\d+\s+changed=(\d+)\s+unreachable=\d+\s+failed=(\d+)", proc.stdout)
         assert recap, proc.stdout[-3000:] + proc.stderr[-2000:]
         return int(recap.group(1)), int(recap.group(2)), proc.stdout

@@ -3,9 +3,11 @@ and a fake host command runner. Nothing here touches the real /sys, /proc or a n
 
 from __future__ import annotations
 
+import io
 import os
 
 import yaml
+from gpu_switch import cli
 from gpu_switch.config import parse_config
 from gpu_switch.fakesys import FakeApi, FakeHost, FakeKernel
 from gpu_switch.switch import Switcher
@@ -13,6 +15,15 @@ from gpu_switch.system import Host
 from gpu_switch.writer import ThreadWriter
 
 CT, VM = 101, 201
+# The device nodes of the first two GPUs, in gpu-switch's order, once the rig has nvidia-caps/nvidia-cap1 (make_node).
+NODES_OF_TWO_GPUS = [
+    "/dev/nvidia0",
+    "/dev/nvidia1",
+    "/dev/nvidiactl",
+    "/dev/nvidia-uvm",
+    "/dev/nvidia-uvm-tools",
+    "/dev/nvidia-caps/nvidia-cap1",
+]
 
 
 class Rig:
@@ -76,6 +87,18 @@ class Rig:
         kwargs.setdefault("api", self.api)
         kwargs.setdefault("host", Host(self.host.run, 5))
         return Switcher(self.config, **kwargs)
+
+    def make_node(self, path):
+        """A stand-in device node under the rig's /dev (path relative to it, such as nvidia-caps/nvidia-cap1)."""
+        os.makedirs(os.path.dirname(os.path.join(self.dev, path)), exist_ok=True)
+        open(os.path.join(self.dev, path), "w").close()
+
+    def cli(self, *argv) -> tuple[int, str, str]:
+        """The gpu-switch command on this host, with the rig's config file: (exit code, stdout, stderr)."""
+        out, err = io.StringIO(), io.StringIO()
+        kwargs = {"api": self.api, "host": Host(self.host.run, 5), "writer": ThreadWriter(self.kernel.write)}
+        code = cli.main(["--config", self.write_config(), *argv], stdout=out, stderr=err, **kwargs)
+        return code, out.getvalue(), err.getvalue()
 
     def drivers(self) -> dict[str, str | None]:
         return {bdf: self.kernel.driver_of(bdf) for bdf in sorted(self.kernel.meta["devices"])}

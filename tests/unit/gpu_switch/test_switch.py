@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import json
 import os
 
@@ -10,9 +9,7 @@ import pytest
 from gpu_switch import cli
 from gpu_switch.errors import EXIT_OK, EXIT_ROLLED_BACK, EXIT_STRANDED, ApiError
 from gpu_switch.journal import HostLock
-from gpu_switch.system import Host
-from gpu_switch.writer import ThreadWriter
-from gpu_switch_rig import CT, VM
+from gpu_switch_rig import CT, NODES_OF_TWO_GPUS, VM
 
 
 def mutations(api):
@@ -345,25 +342,14 @@ def test_existing_vm_entries_are_kept_and_only_missing_ones_added(rig):
 
 def test_container_gets_every_nvidia_node_and_keeps_its_other_lines(make_rig):
     rig = make_rig(owner="vm")
-    os.makedirs(os.path.join(rig.dev, "nvidia-caps"))
-    open(os.path.join(rig.dev, "nvidia-caps", "nvidia-cap1"), "w").close()
-    os.makedirs(os.path.join(rig.dev, "dri"))
-    open(os.path.join(rig.dev, "dri", "renderD128"), "w").close()
+    rig.make_node("nvidia-caps/nvidia-cap1")
+    rig.make_node("dri/renderD128")
     rig.api.guests[("lxc", CT)]["config"].update({"dev0": "/dev/dri/renderD128", "mp0": "/srv/models,mp=/models"})
     out = rig.switcher().move("ct")
     assert out.exit_code == EXIT_OK, out.reason
     config = rig.api.guests[("lxc", CT)]["config"]
     assert config["dev0"] == "/dev/dri/renderD128" and config["mp0"] == "/srv/models,mp=/models"
-    assert sorted(v for k, v in config.items() if k.startswith("dev") and "nvidia" in v) == sorted(
-        [
-            "/dev/nvidia0",
-            "/dev/nvidia1",
-            "/dev/nvidiactl",
-            "/dev/nvidia-uvm",
-            "/dev/nvidia-uvm-tools",
-            "/dev/nvidia-caps/nvidia-cap1",
-        ]
-    )
+    assert sorted(v for k, v in config.items() if k.startswith("dev") and "nvidia" in v) == sorted(NODES_OF_TWO_GPUS)
     assert ["nvidia-modprobe", "-c", "0"] in rig.host.calls and ["nvidia-modprobe", "-u", "-c", "0"] in rig.host.calls
     before = dict(config)
     rig.api.guests[("lxc", CT)]["status"] = "stopped"
@@ -399,18 +385,9 @@ def test_status_with_the_api_down_still_shows_the_gpus(rig):
 
 
 def test_json_output_has_the_contract_shape(rig, tmp_path):
-    path = rig.write_config()
-    out, err = io.StringIO(), io.StringIO()
-    code = cli.main(
-        ["--config", path, "--json", "to-vm"],
-        stdout=out,
-        stderr=err,
-        api=rig.api,
-        host=Host(rig.host.run, 5),
-        writer=ThreadWriter(rig.kernel.write),
-    )
-    assert code == EXIT_OK and err.getvalue() == ""
-    result = json.loads(out.getvalue())
+    code, out, err = rig.cli("--json", "to-vm")
+    assert code == EXIT_OK and err == ""
+    result = json.loads(out)
     assert {"owner", "gpus", "container", "vm", "changed", "steps"} <= set(result)
     assert result["owner"] == "vm" and result["changed"] is True
     gpu = result["gpus"][0]
@@ -421,31 +398,14 @@ def test_json_output_has_the_contract_shape(rig, tmp_path):
     assert all({"name", "detail", "state"} <= set(s) for s in result["steps"])
     # A failure adds error and rolled_back, and the reason is the last line on stderr.
     rig.api.fail_start[("lxc", CT)] = "boom"
-    out, err = io.StringIO(), io.StringIO()
-    code = cli.main(
-        ["--config", path, "--json", "to-ct"],
-        stdout=out,
-        stderr=err,
-        api=rig.api,
-        host=Host(rig.host.run, 5),
-        writer=ThreadWriter(rig.kernel.write),
-    )
-    result = json.loads(out.getvalue())
+    code, out, err = rig.cli("--json", "to-ct")
+    result = json.loads(out)
     assert code == EXIT_ROLLED_BACK and result["rolled_back"] is True and "boom" in result["error"]
-    assert err.getvalue().splitlines()[-1].startswith("gpu-switch: to-ct failed and was rolled back")
+    assert err.splitlines()[-1].startswith("gpu-switch: to-ct failed and was rolled back")
 
 
 def test_text_output_lists_gpus_guests_and_steps(rig):
-    path = rig.write_config()
-    out = io.StringIO()
-    code = cli.main(
-        ["--config", path, "to-vm", "--dry-run"],
-        stdout=out,
-        api=rig.api,
-        host=Host(rig.host.run, 5),
-        writer=ThreadWriter(rig.kernel.write),
-    )
-    text = out.getvalue()
+    code, text, _ = rig.cli("to-vm", "--dry-run")
     assert code == EXIT_OK
     assert "owner: ct" in text and "gpu 0000:01:00.0  iommu group 1  numa 0" in text
     assert "container 101: running" in text and "planned" in text and "dry run: nothing was changed" in text

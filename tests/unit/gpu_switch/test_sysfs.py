@@ -13,6 +13,7 @@ from gpu_switch.fakesys import FakeKernel
 from gpu_switch.pci import Sysfs, discover, foreign_group_members, nvidia_device_paths
 from gpu_switch.rebind import Rebinder
 from gpu_switch.writer import ProcessWriter, ThreadWriter
+from gpu_switch_rig import NODES_OF_TWO_GPUS
 
 
 def test_discover_reads_functions_groups_numa_and_drivers(make_rig):
@@ -60,19 +61,11 @@ def test_foreign_group_members_ignore_bridges(make_rig):
 
 def test_device_paths_come_from_the_proc_minors_and_leave_other_gpus_out(make_rig):
     rig = make_rig(gpus=3)
-    os.makedirs(os.path.join(rig.dev, "nvidia-caps"))
-    open(os.path.join(rig.dev, "nvidia-caps", "nvidia-cap1"), "w").close()
+    rig.make_node("nvidia-caps/nvidia-cap1")
     data = dict(rig.data, gpus=rig.addresses[:2])
     gpus = discover(parse_config(data, environ={}), Sysfs(rig.sysfs))
     paths, missing = nvidia_device_paths(gpus, rig.proc, rig.dev)
-    assert paths == [
-        "/dev/nvidia0",
-        "/dev/nvidia1",
-        "/dev/nvidiactl",
-        "/dev/nvidia-uvm",
-        "/dev/nvidia-uvm-tools",
-        "/dev/nvidia-caps/nvidia-cap1",
-    ]
+    assert paths == NODES_OF_TWO_GPUS
     assert missing == []
 
 

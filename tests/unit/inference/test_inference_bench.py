@@ -2,13 +2,12 @@
 
 import importlib.util
 import json
-import socket
 import subprocess
 import sys
-import time
 
 import pytest
 from inference_refdata import MODELS, REFERENCE, ROOT
+from localhost import free_port, wait_listening
 
 STANDIN = ROOT / "tests/standin/openai_standin.py"
 CLIENT = ROOT / "scripts/inference-bench.py"
@@ -24,9 +23,7 @@ def load(path, name):
 
 @pytest.fixture
 def server(tmp_path):
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     # A key with a quote, escaped as in a systemd environment file: the client reads it as the modules do.
     key_file = tmp_path / "secret.env"
     key_file.write_text('INFERHOST_API_KEY="k\\"3y"\n')
@@ -35,12 +32,7 @@ def server(tmp_path):
         stdout=subprocess.DEVNULL,
         env={"STANDIN_TOKEN_LATENCY": "0.001", "STANDIN_TTFT": "0.01", "PATH": "/usr/bin:/bin"},
     )
-    for _ in range(200):
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
-            break
-        except OSError:
-            time.sleep(0.02)
+    wait_listening(port)
     yield f"http://127.0.0.1:{port}", key_file
     proc.kill()
     proc.wait()

@@ -19,33 +19,34 @@ def reference_model(services, name):
     return Model.from_config(load_config(REFERENCE[name]), {"name": name, **service["model"]})
 
 
+# Round numbers, so that the expected values in the tests can be worked out by hand.
+TOY_HARDWARE = {
+    "name": "toy",
+    "gpu_count": 8,
+    "hbm_bandwidth_gbps": 1000,
+    "pcie_bandwidth_gbps": 50,
+    "allreduce_latency_us": {2: 10.0},
+}
+TOY_MODEL = {
+    "name": "toy",
+    "layers": 10,
+    "hidden_size": 1000,
+    "active_params": 10e9,
+    "embedding_params": 1e9,
+    "routed_params": 4e9,
+    "quantized_params": 4e9,
+    "quantization": "int4",
+    "experts_per_token": 4,
+    "num_experts": 64,
+}
+
+
 def toy_hardware(**kw):
-    data = {
-        "name": "toy",
-        "gpu_count": 8,
-        "hbm_bandwidth_gbps": 1000,
-        "pcie_bandwidth_gbps": 50,
-        "allreduce_latency_us": {2: 10.0},
-    }
-    data.update(kw)
-    return Hardware.from_dict(data)
+    return Hardware.from_dict({**TOY_HARDWARE, **kw})
 
 
 def toy_model(**kw):
-    data = {
-        "name": "toy",
-        "layers": 10,
-        "hidden_size": 1000,
-        "active_params": 10e9,
-        "embedding_params": 1e9,
-        "routed_params": 4e9,
-        "quantized_params": 4e9,
-        "quantization": "int4",
-        "experts_per_token": 4,
-        "num_experts": 64,
-    }
-    data.update(kw)
-    return Model(**data)
+    return Model(**{**TOY_MODEL, **kw})
 
 
 def test_bytes_per_param_include_scales():

@@ -3,7 +3,6 @@
 import contextlib
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -12,6 +11,7 @@ import urllib.request
 
 import pytest
 from inference_refdata import ROLE, ROOT
+from localhost import free_port
 
 LAUNCHER = ROLE / "files/inferhost-sglang-launch"
 STANDIN = ROOT / "tests/standin/openai_standin.py"
@@ -118,9 +118,7 @@ def test_the_standin_engine_behind_the_launcher_requires_the_key(tmp_path):
     runner = f"import sys\nsys.path.insert(0, {str(STANDIN.parent)!r})\nimport openai_standin\n"
     runner += "if __name__ == '__main__':\n    sys.exit(openai_standin.main())\n"
     site = fake_sglang(tmp_path, runner)
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "VLLM_API_KEY"}
     env.update(PYTHONPATH=str(site), INFERHOST_API_KEY=KEY)
     argv = [sys.executable, str(LAUNCHER), "--model-path", "/m/S", "--port", str(port)]

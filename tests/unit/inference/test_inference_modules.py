@@ -2,7 +2,6 @@
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -11,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 from inference_refdata import MODELS, REFERENCE, ROLE, ROOT
+from localhost import free_port, wait_listening
 from module_runner import load_module, run_module
 
 PLAN = load_module("inference_service_plan")
@@ -196,19 +196,12 @@ PROBE = load_module("inference_service_probe")
 @pytest.fixture
 def served(tmp_path):
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     secret = tmp_path / "s.secret.env"
     secret.write_text('# managed\nINFERHOST_API_KEY="k\\"ey"\n')
     argv = [sys.executable, str(ROOT / "tests/standin/openai_standin.py"), "serve", "/m/Probed", "--port", str(port)]
     proc = subprocess.Popen([*argv, "--api-key", 'k"ey', "--load-delay", "1"], stdout=subprocess.DEVNULL)
-    for _ in range(300):
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
-            break
-        except OSError:
-            time.sleep(0.02)
+    wait_listening(port)
     yield f"http://127.0.0.1:{port}", secret
     proc.kill()
     proc.wait()

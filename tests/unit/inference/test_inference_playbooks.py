@@ -3,24 +3,18 @@
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
 
 import pytest
 from inference_refdata import MODELS, REFERENCE, ROOT
+from localhost import free_port, wait_listening
 
 STANDIN = ROOT / "tests/standin/openai_standin.py"
 KEY = "pl4ybook-key"
 # The ansible-playbook of this interpreter's environment, also when that is not on PATH (make test).
 PLAYBOOK = shutil.which("ansible-playbook", path=os.path.dirname(sys.executable)) or "ansible-playbook"
-
-
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture
@@ -82,13 +76,8 @@ def standin(site):
             [*argv, "--api-key", KEY, *extra], stdout=subprocess.DEVNULL, env={**os.environ, **(env or {})}
         )
         procs.append(proc)
-        for _ in range(300):
-            try:
-                socket.create_connection(("127.0.0.1", site["port"]), timeout=0.1).close()
-                return proc
-            except OSError:
-                time.sleep(0.02)
-        raise RuntimeError("stand-in did not start")
+        wait_listening(site["port"])
+        return proc
 
     yield start
     for proc in procs:

@@ -5,12 +5,10 @@ in a temporary directory, and reads the device majors from a fake /proc/devices.
 """
 
 import re
-import subprocess
-import sys
 
 import pytest
 import yaml
-from pve_testlib import ROOT
+from localhost import run_playbook
 
 GPUS = [
     {"address": "0000:01:00.0", "slot": "0000:01:00", "index": 0, "minor": 0},
@@ -61,18 +59,7 @@ def run(tmp_path):
     (tmp_path / "play.yml").write_text(yaml.safe_dump(play))
 
     def go(*extra):
-        argv = [
-            "ansible-playbook",
-            "-i",
-            "localhost,",
-            "-c",
-            "local",
-            "-e",
-            f"ansible_python_interpreter={sys.executable}",
-            str(tmp_path / "play.yml"),
-            *extra,
-        ]
-        proc_ = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, check=False)
+        proc_ = run_playbook(tmp_path / "play.yml", *extra)
         assert proc_.returncode == 0, proc_.stdout[-4000:] + proc_.stderr[-2000:]
         return int(re.search(r"changed=(\d+)", proc_.stdout).group(1)), proc_.stdout
 

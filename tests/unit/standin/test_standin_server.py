@@ -2,7 +2,6 @@
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -11,14 +10,9 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from localhost import free_port, wait_listening
 
 SERVER = Path(__file__).resolve().parents[2] / "standin" / "openai_standin.py"
-
-
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class Standin:
@@ -29,13 +23,7 @@ class Standin:
         self.proc = subprocess.Popen(
             argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, **(env or {})}
         )
-        for _ in range(200):
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.1).close()
-                return
-            except OSError:
-                time.sleep(0.02)
-        raise RuntimeError("stand-in did not listen")
+        wait_listening(self.port)
 
     def request(self, path, body=None, key=None):
         data = json.dumps(body).encode() if body is not None else None
