@@ -548,15 +548,13 @@ class Checker:
 
     def check_shared(self, host):
         """The inventory-level data several roles read: refused here with its own name, not a role's."""
-        version = self.value(host, "inferhost_nvidia_driver_version")
-        if version is not UNSET and not DRIVER_VERSION.match(str(version)):
-            self.refuse(
-                host,
-                "inferhost_nvidia_driver_version",
-                self.shown(version),
-                "a driver version such as 590.48.01 (branch.minor.patch, as a string)",
-                'quote the exact version: inferhost_nvidia_driver_version: "590.48.01"',
-            )
+        self._matches(
+            host,
+            "inferhost_nvidia_driver_version",
+            DRIVER_VERSION,
+            "a driver version such as 590.48.01 (branch.minor.patch, as a string)",
+            'quote the exact version: inferhost_nvidia_driver_version: "590.48.01"',
+        )
         cudas = self.value(host, "inferhost_cuda_versions")
         if cudas is not UNSET:
             self._check_cuda(host, "inferhost_cuda_versions", cudas, "inferhost_cuda_default")
@@ -631,26 +629,23 @@ class Checker:
         seen = {}
         for index, gpu in enumerate(gpus):
             address = str(gpu.get("address", ""))
+            wrong = None  # (given, expected, fix)
             if not PCI_ADDRESS.match(address):
-                self.refuse(
-                    host,
-                    f"{name}[{index}].address",
+                wrong = (
                     self.shown(gpu.get("address", UNSET)),
                     "the PCI address of the GPU's first function, such as 0000:01:00.0 (lower-case hex)",
                     f"copy the address from `lspci -D -d 10de:` on {host}",
-                    root=name,
                 )
             elif address in seen:
-                self.refuse(
-                    host,
-                    f"{name}[{index}].address",
+                wrong = (
                     self.shown(address),
                     f"each GPU once (entry {seen[address]} already names {address})",
                     f"remove entry {index}, or give it the address of another GPU from `lspci -D -d 10de:`",
-                    root=name,
                 )
             else:
                 seen[address] = index
+            if wrong:
+                self.refuse(host, f"{name}[{index}].address", *wrong, root=name)
             numa = gpu.get("numa_node", 0)
             if isinstance(numa, bool) or not isinstance(numa, int) or numa < -1:
                 self.refuse(
@@ -738,33 +733,18 @@ class Checker:
                 continue
             seen = set()
             for index, address in enumerate(value):
+                wrong = None  # (expected, fix)
                 if not PCI_ADDRESS.match(address.lower() if len(address) == 12 else address):
-                    self.refuse(
-                        host,
-                        f"{name}[{index}]",
-                        self.shown(address),
-                        "a PCI address such as 0000:01:00.0",
-                        "copy it from `lspci -D -d 10de:`",
-                        root=name,
-                    )
+                    wrong = ("a PCI address such as 0000:01:00.0", "copy it from `lspci -D -d 10de:`")
                 elif address in seen:
-                    self.refuse(
-                        host,
-                        f"{name}[{index}]",
-                        self.shown(address),
-                        "each GPU once",
-                        f"remove entry {index} of {name}",
-                        root=name,
-                    )
+                    wrong = ("each GPU once", f"remove entry {index} of {name}")
                 elif inventory and address not in inventory:
-                    self.refuse(
-                        host,
-                        f"{name}[{index}]",
-                        self.shown(address),
+                    wrong = (
                         f"one of the host's GPUs in inferhost_gpus ({', '.join(inventory)})",
                         f"add the GPU to inferhost_gpus, or remove {address} from {name}",
-                        root=name,
                     )
+                if wrong:
+                    self.refuse(host, f"{name}[{index}]", self.shown(address), *wrong, root=name)
                 seen.add(address)
 
     def _addresses(self, host):
@@ -798,22 +778,40 @@ class Checker:
 
     def check_role_values(self, host):
         """What the roles' preflight tasks check of values alone, before the first role runs."""
+        checks = {
+            "source_build": self._check_source_build,
+            "nccl_tuning": self._check_nccl,
+            "python_env": self._check_python_env,
+            "cuda_toolkit": self._check_cuda_toolkit,
+            "pve_host_gpu": self._check_pve_host_gpu,
+            "gpu_switch": self._check_gpu_switch,
+            "pve_guest_gpu": self._check_pve_guest_gpu,
+        }
         roles = set(self.roles.get(host, []))
-        if "source_build" in roles:
-            self._check_source_build(host)
-        if "nccl_tuning" in roles:
-            self._check_nccl(host)
-        if "python_env" in roles:
-            self._check_python_env(host)
-        if "cuda_toolkit" in roles:
-            versions = self.value(host, "cuda_toolkit_versions", [])
-            self._check_cuda(host, "cuda_toolkit_versions", versions, "cuda_toolkit_default")
-        if "pve_host_gpu" in roles:
-            self._check_pve_host_gpu(host)
-        if "gpu_switch" in roles:
-            self._check_gpu_switch(host)
-        if "pve_guest_gpu" in roles:
-            self._check_pve_guest_gpu(host)
+        for role, check in checks.items():
+            if role in roles:
+                check(host)
+
+    def _matches(self, host, name, pattern, expected, fix):
+        """A variable that, when set, must match pattern (as a string)."""
+        value = self.value(host, name)
+        if value is not UNSET and not pattern.match(str(value)):
+            self.refuse(host, name, self.shown(value), expected, fix)
+
+    def _entries(self, host, name):
+        """(label, entry) of each mapping in the list variable name (nothing when it is not a list)."""
+        value = self.value(host, name, [])
+        if not isinstance(value, list):
+            return []
+        return [(f"{name}[{index}]", entry) for index, entry in enumerate(value) if isinstance(entry, dict)]
+
+    def _fields(self, host, root, label, entry, rules):
+        """Each (key, ok, expected, example) rule that does not hold refuses the entry's key, fixed as key: example."""
+        for key, ok, expected, example in rules:
+            if not ok:
+                self.refuse(
+                    host, f"{label}.{key}", self.shown(entry.get(key, UNSET)), expected, f"{key}: {example}", root=root
+                )
 
     def _positive(self, host, name, minimum, fix_value, what):
         value = self.value(host, name)
@@ -827,16 +825,9 @@ class Checker:
         self._positive(host, "source_build_memory_reserve_gb", 0, 32, "gigabytes kept free")
         self._positive(host, "source_build_timeout", 1, 36000, "seconds a build may take")
         self._positive(host, "source_build_poll_interval", 1, 60, "seconds between progress lines")
-        builds = self.value(host, "source_build_builds", [])
-        if not isinstance(builds, list):
-            return
-        names = []
-        for index, build in enumerate(builds):
-            if not isinstance(build, dict):
-                continue
-            label = f"source_build_builds[{index}]"
+        builds = self._entries(host, "source_build_builds")
+        for label, build in builds:
             name = build.get("name")
-            names.append(name)
             rules = [
                 ("name", SHORT_NAME.match(str(name or "")), "letters, digits and _.- only", "flash-attn"),
                 ("target", str(build.get("target") or "").startswith("/"), "an absolute path", "/opt/venvs/<env>"),
@@ -876,16 +867,7 @@ class Checker:
                     "FLASH_ATTN_CUDA_ARCHS",
                 ),
             ]
-            for key, ok, expected, example in rules:
-                if not ok:
-                    self.refuse(
-                        host,
-                        f"{label}.{key}",
-                        self.shown(build.get(key, UNSET)),
-                        expected,
-                        f"{key}: {example}",
-                        root="source_build_builds",
-                    )
+            self._fields(host, "source_build_builds", label, build, rules)
             for pindex, patch in enumerate(build.get("patches") or []):
                 if isinstance(patch, dict) and "diff" not in patch:
                     self.refuse(
@@ -896,7 +878,7 @@ class Checker:
                         "add diff: | with the patch",
                         root="source_build_builds",
                     )
-        self._unique(host, "source_build_builds", names, "name")
+        self._unique(host, "source_build_builds", [build.get("name") for _, build in builds], "name")
 
     def _unique(self, host, name, values, key):
         seen = set()
@@ -913,83 +895,57 @@ class Checker:
             seen.add(value)
 
     def _check_nccl(self, host):
-        settings = self.value(host, "nccl_tuning_settings", [])
-        if not isinstance(settings, list):
-            return
-        names = []
-        for index, setting in enumerate(settings):
-            if not isinstance(setting, dict):
-                continue
-            label = f"nccl_tuning_settings[{index}]"
-            names.append(setting.get("name"))
-            if not NCCL_NAME.match(str(setting.get("name", ""))):
-                self.refuse(
-                    host,
-                    f"{label}.name",
-                    self.shown(setting.get("name", UNSET)),
+        settings = self._entries(host, "nccl_tuning_settings")
+        for label, setting in settings:
+            rules = [
+                (
+                    "name",
+                    NCCL_NAME.match(str(setting.get("name", ""))),
                     "an NCCL variable name (NCCL_[A-Z0-9_]+)",
-                    "name: NCCL_P2P_LEVEL",
-                    root="nccl_tuning_settings",
-                )
-            if not NCCL_VALUE.match(str(setting.get("value", ""))):
-                self.refuse(
-                    host,
-                    f"{label}.value",
-                    self.shown(setting.get("value", UNSET)),
+                    "NCCL_P2P_LEVEL",
+                ),
+                (
+                    "value",
+                    NCCL_VALUE.match(str(setting.get("value", ""))),
                     "a non-empty value of letters, digits and _.,:;^=+/-",
-                    'value: "SYS"',
-                    root="nccl_tuning_settings",
-                )
-            if not str(setting.get("reason", "")).strip():
-                self.refuse(
-                    host,
-                    f"{label}.reason",
-                    self.shown(setting.get("reason", UNSET)),
+                    '"SYS"',
+                ),
+                (
+                    "reason",
+                    str(setting.get("reason", "")).strip(),
                     "why the setting is pinned",
-                    "reason: <what it fixes, and where that was measured>",
-                    root="nccl_tuning_settings",
-                )
-        self._unique(host, "nccl_tuning_settings", names, "name")
+                    "<what it fixes, and where that was measured>",
+                ),
+            ]
+            self._fields(host, "nccl_tuning_settings", label, setting, rules)
+        self._unique(host, "nccl_tuning_settings", [setting.get("name") for _, setting in settings], "name")
 
     def _check_python_env(self, host):
-        envs = self.value(host, "python_env_environments", [])
-        if isinstance(envs, list):
-            for index, env in enumerate(envs):
-                if not isinstance(env, dict):
-                    continue
-                label = f"python_env_environments[{index}]"
-                if not SHORT_NAME.match(str(env.get("name", ""))):
-                    self.refuse(
-                        host,
-                        f"{label}.name",
-                        self.shown(env.get("name", UNSET)),
-                        "letters, digits and _.- only",
-                        "name: sglang",
-                        root="python_env_environments",
-                    )
-                path = str(env.get("path", ""))
-                if not path.startswith("/") or not path.strip("/"):
-                    self.refuse(
-                        host,
-                        f"{label}.path",
-                        self.shown(env.get("path", UNSET)),
-                        "an absolute path other than /",
-                        "path: /opt/venvs/<name>",
-                        root="python_env_environments",
-                    )
-                steps = env.get("steps") or []
-                if not steps or any(not (isinstance(s, dict) and s.get("packages")) for s in steps):
-                    self.refuse(
-                        host,
-                        f"{label}.steps",
-                        self.shown(steps),
-                        "at least one step, each with packages",
-                        "steps: [{name: ..., packages: [...]}]",
-                        root="python_env_environments",
-                    )
-            dicts = [e for e in envs if isinstance(e, dict)]
-            self._unique(host, "python_env_environments", [e.get("name") for e in dicts], "name")
-            self._unique(host, "python_env_environments", [e.get("path") for e in dicts], "path")
+        envs = self._entries(host, "python_env_environments")
+        for label, env in envs:
+            path = str(env.get("path", ""))
+            rules = [
+                ("name", SHORT_NAME.match(str(env.get("name", ""))), "letters, digits and _.- only", "sglang"),
+                (
+                    "path",
+                    path.startswith("/") and path.strip("/"),
+                    "an absolute path other than /",
+                    "/opt/venvs/<name>",
+                ),
+            ]
+            self._fields(host, "python_env_environments", label, env, rules)
+            steps = env.get("steps") or []
+            if not steps or any(not (isinstance(s, dict) and s.get("packages")) for s in steps):
+                self.refuse(
+                    host,
+                    f"{label}.steps",
+                    self.shown(steps),
+                    "at least one step, each with packages",
+                    "steps: [{name: ..., packages: [...]}]",
+                    root="python_env_environments",
+                )
+        for key in ("name", "path"):
+            self._unique(host, "python_env_environments", [env.get(key) for _, env in envs], key)
         if self.value(host, "python_env_uv_install", None) == "copy" and not self.value(host, "python_env_uv_src", ""):
             self.refuse(
                 host,
@@ -999,16 +955,18 @@ class Checker:
                 "python_env_uv_src: /path/to/uv",
             )
 
+    def _check_cuda_toolkit(self, host):
+        versions = self.value(host, "cuda_toolkit_versions", [])
+        self._check_cuda(host, "cuda_toolkit_versions", versions, "cuda_toolkit_default")
+
     def _check_pve_host_gpu(self, host):
-        version = self.value(host, "pve_host_gpu_driver_version")
-        if version is not UNSET and not DRIVER_VERSION.match(str(version)):
-            self.refuse(
-                host,
-                "pve_host_gpu_driver_version",
-                self.shown(version),
-                "a driver version such as 590.48.01",
-                'pve_host_gpu_driver_version: "{{ inferhost_nvidia_driver_version }}"',
-            )
+        self._matches(
+            host,
+            "pve_host_gpu_driver_version",
+            DRIVER_VERSION,
+            "a driver version such as 590.48.01",
+            'pve_host_gpu_driver_version: "{{ inferhost_nvidia_driver_version }}"',
+        )
         options = self.value(host, "pve_host_gpu_module_options", {})
         if isinstance(options, dict):
             for module, params in options.items():

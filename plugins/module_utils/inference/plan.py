@@ -72,6 +72,14 @@ def refusal(check, ident, reason, fix):
     return {"check": check, "id": ident, "reason": reason, "fix": fix}
 
 
+def args_in(service, table):
+    """(key, flag, table's entry) of each key of the service's args whose flag the table names."""
+    for key in service.get("args") or {}:
+        entry = table.get(flag_name(key))
+        if entry:
+            yield key, flag_name(key), entry
+
+
 def parse_version(text):
     """``"0.17.1rc1.dev5+gabc"`` -> ``((0, 17, 1), True)``: release numbers and whether it is a pre-release."""
     match = re.match(r"^\s*v?(\d+(?:\.\d+)*)(.*)$", str(text or ""))
@@ -113,18 +121,16 @@ def tensor_parallel_size(service):
 def check_secrets(service):
     """Secrets the service data would put on a command line or in the world-readable unit file."""
     out = []
-    for key in service.get("args") or {}:
-        fix = SECRET_FLAGS.get(flag_name(key))
-        if fix:
-            out.append(
-                refusal(
-                    "service",
-                    f"args.{key}",
-                    f"args sets --{flag_name(key)}, a secret on the command line, which every user of the machine "
-                    "reads in /proc/<pid>/cmdline",
-                    f"remove it from args; {fix}",
-                )
+    for key, flag, fix in args_in(service, SECRET_FLAGS):
+        out.append(
+            refusal(
+                "service",
+                f"args.{key}",
+                f"args sets --{flag}, a secret on the command line, which every user of the machine "
+                "reads in /proc/<pid>/cmdline",
+                f"remove it from args; {fix}",
             )
+        )
     for key in service.get("env") or {}:
         if SECRET_ENV.search(str(key)):
             out.append(
@@ -180,17 +186,15 @@ def check_service_data(service, gpu_count=None):
                 f"tensor_parallel_size {len(gpus)}, or list {tp} GPUs",
             )
         )
-    for key in service.get("args") or {}:
-        field = MANAGED_FLAGS.get(flag_name(key))
-        if field:
-            out.append(
-                refusal(
-                    "service",
-                    f"args.{key}",
-                    f"args sets --{flag_name(key)}, which the role derives from {field}",
-                    f"remove it from args and set {field}",
-                )
+    for key, flag, field in args_in(service, MANAGED_FLAGS):
+        out.append(
+            refusal(
+                "service",
+                f"args.{key}",
+                f"args sets --{flag}, which the role derives from {field}",
+                f"remove it from args and set {field}",
             )
+        )
     out += check_secrets(service)
     for key in service.get("env") or {}:
         if not ENV_NAME.match(str(key)):
