@@ -130,14 +130,13 @@ refused:
 
 def installed_version(environment, engine):
     """Version of the engine's distribution in a venv, from its dist-info METADATA (nothing is executed)."""
+    from ansible.module_utils.guest_env.pins import metadata_fields  # noqa: PLC0415 - see plan_one
+
     pattern = os.path.join(environment, "lib", "python*", "site-packages", f"{engine}-*.dist-info", "METADATA")
     for path in sorted(glob.glob(pattern)):
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            for line in handle:
-                if line.startswith("Version:"):
-                    return line.split(":", 1)[1].strip()
-                if not line.strip():
-                    break
+        version = metadata_fields(path).get("Version")
+        if version is not None:
+            return version
     return None
 
 

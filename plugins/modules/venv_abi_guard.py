@@ -11,7 +11,7 @@ from ansible.module_utils.guest_env.pins import (
     normalize_name,
     pins_from_requirements,
 )
-from ansible.module_utils.guest_env.records import find_site_packages
+from ansible.module_utils.guest_env.records import venv_site_packages
 
 DOCUMENTATION = r"""
 module: venv_abi_guard
@@ -85,10 +85,8 @@ def main():
         supports_check_mode=True,
     )
     root = module.params["path"]
-    site = find_site_packages(root)
-    if site is None:
-        module.fail_json(msg=f"{root} is not a virtual environment: no lib/python*/site-packages in it")
     try:
+        site = venv_site_packages(root)
         pins = pins_from_requirements(module.params["requirements"])
     except ValueError as err:
         module.fail_json(msg=str(err))

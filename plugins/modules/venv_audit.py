@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.guest_env.records import audit, find_site_packages
+from ansible.module_utils.guest_env.records import audit, venv_site_packages
 
 DOCUMENTATION = r"""
 module: venv_audit
@@ -136,9 +136,10 @@ def main():
         supports_check_mode=True,
     )
     root = module.params["path"]
-    site = find_site_packages(root)
-    if site is None:
-        module.fail_json(msg=f"{root} is not a virtual environment: no lib/python*/site-packages in it")
+    try:
+        site = venv_site_packages(root)
+    except ValueError as err:
+        module.fail_json(msg=str(err))
     try:
         result = audit(
             site,

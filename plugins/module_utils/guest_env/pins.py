@@ -83,6 +83,21 @@ def version_matches(pin, installed):
     return not pin_local or pin_local == local
 
 
+def metadata_fields(path):
+    """{field: value} of the header of a distribution's METADATA (or PKG-INFO), up to its first blank line.
+
+    The first value of a field counts. Raises OSError when the file cannot be read.
+    """
+    fields = {}
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        for line in handle:
+            if not line.strip():
+                break
+            key, _, value = line.partition(":")
+            fields.setdefault(key, value.strip())
+    return fields
+
+
 def installed_versions(site_packages):
     """{normalized name: version} from the .dist-info (and .egg-info) metadata in a site-packages directory."""
     found = {}
@@ -97,19 +112,11 @@ def installed_versions(site_packages):
             meta = os.path.join(site_packages, entry, "PKG-INFO")
         else:
             continue
-        name = version = None
         try:
-            with open(meta, encoding="utf-8", errors="replace") as handle:
-                for line in handle:
-                    if not line.strip():
-                        break
-                    key, _, value = line.partition(":")
-                    if key == "Name":
-                        name = value.strip()
-                    elif key == "Version":
-                        version = value.strip()
+            fields = metadata_fields(meta)
         except OSError:
             continue
+        name, version = fields.get("Name"), fields.get("Version")
         if name and version:
             found[normalize_name(name)] = version
     return found

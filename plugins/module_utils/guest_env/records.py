@@ -21,7 +21,7 @@ import io
 import json
 import os
 
-from .pins import normalize_name
+from .pins import metadata_fields, normalize_name
 
 # Files a virtualenv creator puts into site-packages itself; no wheel installs them.
 VENV_FILES = ("_virtualenv.pth", "_virtualenv.py")
@@ -64,17 +64,11 @@ def parse_record(text):
 
 def dist_name(dist_info_dir):
     """The project name of a .dist-info directory, from METADATA, else from the directory name."""
-    metadata = os.path.join(dist_info_dir, "METADATA")
     try:
-        with open(metadata, encoding="utf-8", errors="replace") as handle:
-            for line in handle:
-                if line.startswith("Name:"):
-                    return line.split(":", 1)[1].strip()
-                if not line.strip():
-                    break
+        fields = metadata_fields(os.path.join(dist_info_dir, "METADATA"))
     except OSError:
-        pass
-    return os.path.basename(dist_info_dir).rsplit("-", 1)[0]
+        fields = {}
+    return fields["Name"] if "Name" in fields else os.path.basename(dist_info_dir).rsplit("-", 1)[0]
 
 
 def load_manifest(env_root):
@@ -234,6 +228,14 @@ def find_site_packages(env_root):
     return candidates[-1] if candidates else None
 
 
+def venv_site_packages(env_root):
+    """find_site_packages of a directory that must be a virtual environment; ValueError saying so when it is not."""
+    site = find_site_packages(env_root)
+    if site is None:
+        raise ValueError(f"{env_root} is not a virtual environment: no lib/python*/site-packages in it")
+    return site
+
+
 def fingerprint(site_packages, project):
     """(version, digest) of an installed distribution, or None when it is not installed.
 
@@ -257,13 +259,5 @@ def fingerprint(site_packages, project):
             return None
         own = sorted(f"{p},{a}={d},{s}" for p, a, d, s in rows if ".dist-info/" not in p and a and d)
         digest = hashlib.sha256("\n".join(own).encode("utf-8")).hexdigest()
-        version = None
-        with open(os.path.join(site_packages, entry, "METADATA"), encoding="utf-8", errors="replace") as handle:
-            for line in handle:
-                if line.startswith("Version:"):
-                    version = line.split(":", 1)[1].strip()
-                    break
-                if not line.strip():
-                    break
-        return version, digest
+        return metadata_fields(os.path.join(site_packages, entry, "METADATA")).get("Version"), digest
     return None

@@ -7,6 +7,7 @@ import os
 import pytest
 from conftest import install
 from guest_env.records import audit, fingerprint, parse_record, record_hash
+from module_runner import load_module, run_module
 
 
 def kinds(result, key="drift"):
@@ -152,3 +153,19 @@ def test_fingerprint_ignores_how_the_package_was_installed(tmp_path):
     assert fingerprint(str(a), "Torch") == fingerprint(str(b), "torch")
     assert fingerprint(str(a), "vllm") is None
     assert fingerprint(str(tmp_path / "none"), "torch") is None
+
+
+@pytest.mark.parametrize("module", ["venv_audit", "venv_abi_guard"])
+def test_the_environment_modules_refuse_a_directory_that_is_none(module, tmp_path):
+    result = run_module(load_module(module), {"path": str(tmp_path)})
+    assert result["failed"]
+    assert result["msg"] == f"{tmp_path} is not a virtual environment: no lib/python*/site-packages in it"
+
+
+def test_the_environment_modules_read_the_environment_they_are_given(venv):
+    root, _ = venv
+    audited = run_module(load_module("venv_audit"), {"path": str(root)})
+    assert not audited.get("failed") and audited["drift"] == [] and audited["packages"] == 2
+    pins = {"path": str(root), "requirements": ["torch==2.10.0.dev20251215"]}
+    guarded = run_module(load_module("venv_abi_guard"), pins)
+    assert not guarded.get("failed") and guarded["installed"] == {"torch": "2.10.0.dev20251215+cu130"}
