@@ -6,8 +6,8 @@ Standard library only: playbooks/benchmark.yml copies it to the guest, with the 
 python3, next to the service (which usually listens on 127.0.0.1 only).
 
   inference-bench.py --url http://127.0.0.1:8000 --model NAME [--key-file FILE]
-                     [--concurrency 1,2,8,32,64,256] [--rounds 2] [--input-tokens 256]
-                     [--output-tokens 256] [--timeout 600] [--out result.json]
+                     [--concurrency 1,2,4,8,16,32,64,128,256,512,1024] [--rounds 2]
+                     [--input-tokens 1000] [--output-tokens 1000] [--timeout 600] [--out result.json]
 
 For each concurrency c it sends c x rounds streamed chat requests, c at a time, each asking for exactly
 --output-tokens tokens (ignore_eos), and measures per request the time to the first token (TTFT) and the
@@ -182,19 +182,25 @@ def run_level(args, key, concurrency, seed):
     }
 
 
-def main(argv=None):
+def arguments():
+    """The command line; its defaults are playbooks/benchmark.yml's (the reference deployment's sweep)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--url", required=True)
     parser.add_argument("--model", required=True)
     parser.add_argument("--key-file", help="environment file with INFERHOST_API_KEY (the unit's secret file)")
-    parser.add_argument("--concurrency", default="1,2,8,32,64,256")
+    parser.add_argument("--concurrency", default="1,2,4,8,16,32,64,128,256,512,1024")
     parser.add_argument("--rounds", type=int, default=2, help="requests per concurrency level = c x rounds")
-    parser.add_argument("--input-tokens", type=int, default=256, help="prompt length, in words")
-    parser.add_argument("--output-tokens", type=int, default=256)
+    parser.add_argument("--input-tokens", type=int, default=1000, help="prompt length, in words")
+    parser.add_argument("--output-tokens", type=int, default=1000)
     parser.add_argument("--timeout", type=float, default=600)
     parser.add_argument("--warmup", type=int, default=1, help="requests sent before measuring")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", help="write the JSON here instead of stdout")
+    return parser
+
+
+def main(argv=None):
+    parser = arguments()
     args = parser.parse_args(argv)
     levels = [int(c) for c in args.concurrency.split(",") if c.strip()]
     if not levels or min(levels) < 1:

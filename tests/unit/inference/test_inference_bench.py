@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 from inference_refdata import MODELS, REFERENCE, ROOT
 from localhost import free_port, wait_listening
 
@@ -59,6 +60,20 @@ def test_sweep_measures_every_level(server, tmp_path):
         assert level["ttft_ms"]["p50"] > 0 and level["tpot_ms"]["p50"] > 0
         assert level["ttft_ms"]["p50"] <= level["ttft_ms"]["p99"]
     assert "c=4:" in done.stderr
+
+
+def test_run_by_hand_the_client_sweeps_as_the_playbook_does():
+    play = yaml.safe_load((ROOT / "playbooks/benchmark.yml").read_text())[0]["vars"]
+    assert play["benchmark_concurrency"] == [2**n for n in range(11)], "the reference deployment's 1 to 1024"
+    assert play["benchmark_input_tokens"] == play["benchmark_output_tokens"] == 1000
+    defaults = load(CLIENT, "inference_bench").arguments().parse_args(["--url", "u", "--model", "m"])
+    assert defaults.concurrency == ",".join(str(c) for c in play["benchmark_concurrency"])
+    assert (defaults.rounds, defaults.input_tokens, defaults.output_tokens, defaults.timeout) == (
+        play["benchmark_rounds"],
+        play["benchmark_input_tokens"],
+        play["benchmark_output_tokens"],
+        play["benchmark_request_timeout"],
+    )
 
 
 def test_wrong_key_is_counted_as_errors(server, tmp_path):
