@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import glob
 import hashlib
 import inspect
 import json
@@ -24,7 +23,8 @@ description:
   - A refusal names the service, the argument or architecture, and the engine and its version. The play stops
     before any unit is written or restarted, so a running service keeps running.
   - Services of one environment are checked by one process. A verdict that passed is remembered in
-    O(cache), keyed by the arguments, the architectures, the engine's installed files and this check, so a
+    O(cache), keyed by the arguments, the architectures, the environment's installed packages
+    (C(packages_id), a hash of their RECORDs) and this check, so a
     run that changes none of them starts no engine. The cache is bookkeeping, not configuration; writing it
     is not reported as a change.
   - Without a GPU (the GPUs are with the VM, or the machine has none), vLLM's parser is run on its CPU
@@ -35,7 +35,8 @@ options:
   services:
     description:
       - The services as C(inference_service_plan) returns them; each needs C(name), C(engine),
-        C(virtualenv) and C(argv), and may have C(architectures) (none when the checkpoint is not there yet).
+        C(virtualenv) and C(argv), and may have C(architectures) (none when the checkpoint is not there yet)
+        and C(packages_id).
     type: list
     elements: dict
     required: true
@@ -82,22 +83,14 @@ services:
 PROGRAM_WORDS = 2
 
 
-def site_record(environment, engine):
-    """The engine's installed files as the environment's RECORD lists them (hashes included), or ""."""
-    pattern = os.path.join(environment, "lib", "python*", "site-packages", f"{engine}-*.dist-info", "RECORD")
-    for path in sorted(glob.glob(pattern)):
-        with open(path, "rb") as handle:
-            return hashlib.sha256(handle.read()).hexdigest()
-    return ""
-
-
-def verdict_key(service, checker, record):
+def verdict_key(service, checker):
+    # packages_id: inference_service_plan's hash of every RECORD in the venv, the engine's among them.
     data = [
         service["engine"],
         list(service["argv"][PROGRAM_WORDS:]),
         service.get("architectures") or [],
         checker,
-        record,
+        service.get("packages_id") or "",
     ]
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
@@ -198,7 +191,7 @@ def main():
             else:
                 module.warn(f"{message}; the engine checks it once it exists")
             continue
-        keys[name] = verdict_key(service, checker_id, site_record(environment, service["engine"]))
+        keys[name] = verdict_key(service, checker_id)
         if cache.get(name) == keys[name]:
             result.update(checked=True, cached=True)
             continue
