@@ -10,21 +10,12 @@ import shutil
 import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.guest_env import buildjob, parallelism
+from ansible.module_utils.guest_env import buildjob, cachekey, parallelism
 from ansible.module_utils.guest_env.buildplan import (
     cuda_version,
     expand_environment,
     installed_from,
     strip_parallelism,
-)
-from ansible.module_utils.guest_env.cachekey import (
-    DPKG_QUERY_FORMAT,
-    cache_key,
-    compiler_commands,
-    compiler_version,
-    dpkg_versions,
-    key_inputs,
-    key_package_names,
 )
 from ansible.module_utils.guest_env.pins import installed_versions, normalize_name
 from ansible.module_utils.guest_env.records import find_site_packages, fingerprint
@@ -269,21 +260,21 @@ def git_head(module, source):
 def compiler_versions(module, env):
     """{variable: version line} of the build's host compilers, found on the build's PATH."""
     versions = {}
-    for variable, command in compiler_commands(env).items():
+    for variable, command in cachekey.compiler_commands(env).items():
         argv = shlex.split(command)
         found = shutil.which(argv[0], path=env.get("PATH")) if argv else None
         if not found:
             versions[variable] = f"{command}: not found"
             continue
         rc, out, err = module.run_command([found, *argv[1:], "--version"], environ_update=env)
-        line = compiler_version(out, err)
+        line = cachekey.compiler_version(out, err)
         versions[variable] = line if rc == 0 and line else f"{command}: --version failed (rc {rc})"
     return versions
 
 
 def system_package_versions(module, names):
     """{package: version or "not installed"} of the declared Debian packages."""
-    names = key_package_names(names)
+    names = cachekey.key_package_names(names)
     if not names:
         return {}
     dpkg_query = module.get_bin_path("dpkg-query")
@@ -292,12 +283,12 @@ def system_package_versions(module, names):
             msg="key_system_packages needs dpkg-query (Debian or Ubuntu) to read package versions; "
             "this machine has none (set source_build_key_system_packages to [] on other systems)"
         )
-    argv = [dpkg_query, "-W", "-f", DPKG_QUERY_FORMAT, "--", *names]
+    argv = [dpkg_query, "-W", "-f", cachekey.DPKG_QUERY_FORMAT, "--", *names]
     rc, out, err = module.run_command(argv, expand_user_and_vars=False)
     # rc 1: some package is unknown to dpkg, which dpkg_versions reports as not installed.
     if rc not in (0, 1):
         module.fail_json(msg=f"dpkg-query failed (rc {rc}): {err.strip()}")
-    return dpkg_versions(names, out)
+    return cachekey.dpkg_versions(names, out)
 
 
 def build_environment(module, p, jobs, target_site):
@@ -357,6 +348,48 @@ def plan_parallelism(module, p):
     return jobs
 
 
+def plan_key(module, p, python, linked, env):
+    """The wheel cache key and the inputs it is computed from, with the commit and CUDA version among them."""
+    build_site = find_site_packages(p["build_env"]) or ""
+    commit = git_head(module, p["source"])
+    nvcc = os.path.join(p["cuda_home"], "bin", "nvcc") if p["cuda_home"] else ""
+    cuda = cuda_version(
+        p["cuda_home"], lambda: module.run_command([nvcc, "--version"])[1] if os.path.exists(nvcc) else ""
+    )
+    inputs = cachekey.key_inputs(
+        name=p["name"],
+        commit=commit,
+        subdirectory=p["subdirectory"],
+        patches=p["patches"],
+        environment=strip_parallelism(p["environment"]),
+        parallelism_variables=p["parallelism_variables"],
+        build_args=p["build_args"],
+        build_requirements=installed_versions(build_site),
+        linked_packages={name: f"{version} files-sha256:{digest[:16]}" for name, (version, digest) in linked.items()},
+        cuda_version=cuda,
+        python_tag=python["abi"] or python["tag"],
+        machine=python["machine"],
+        compilers=compiler_versions(module, env),
+        system_packages=system_package_versions(module, p["key_system_packages"]),
+        salt=p["salt"],
+    )
+    return {"key": cachekey.cache_key(inputs), "key_inputs": inputs, "commit": commit, "cuda_version": cuda}
+
+
+def cache_state(job_dir, target_site):
+    """The key's state in the cache, its wheel when cached, and whether the target has exactly that wheel."""
+    state = buildjob.status(job_dir)
+    found = buildjob.wheels(job_dir)
+    wheel = os.path.join(job_dir, found[0]) if state == "cached" else ""
+    return {"status": state, "wheel": wheel, "installed": bool(wheel) and installed_from(target_site, wheel)}
+
+
+def build_command(p, build_python):
+    """The build's argv; the job replaces ``{staging}`` with its output directory."""
+    argv = [p["uv"], "build", "--wheel", "--no-build-isolation", "--python", build_python, "--out-dir", "{staging}"]
+    return argv + p["build_args"] + ["."]
+
+
 def main():
     module = AnsibleModule(
         argument_spec={
@@ -396,10 +429,8 @@ def main():
 
     python = probe_python(module, target_python)
     target_site = python["purelib"]
-    build_site = find_site_packages(p["build_env"]) or ""
     # Version and content digest: PyPI's torch 2.11.0 is a CUDA 13.0 build without a +cu130 label.
     linked = {normalize_name(n): fingerprint(target_site, n) for n in p["linked_packages"]}
-    build_reqs = installed_versions(build_site)
     missing = [n for n in p["linked_packages"] if linked[normalize_name(n)] is None]
     if missing:
         module.fail_json(
@@ -409,51 +440,16 @@ def main():
     jobs = plan_parallelism(module, p)
     data_env, env = build_environment(module, p, jobs, target_site)
 
-    commit = git_head(module, p["source"])
-    cwd = os.path.normpath(os.path.join(p["source"], p["subdirectory"]))
-    nvcc = os.path.join(p["cuda_home"], "bin", "nvcc") if p["cuda_home"] else ""
-    cuda = cuda_version(
-        p["cuda_home"], lambda: module.run_command([nvcc, "--version"])[1] if os.path.exists(nvcc) else ""
-    )
-    inputs = key_inputs(
-        name=p["name"],
-        commit=commit,
-        subdirectory=p["subdirectory"],
-        patches=p["patches"],
-        environment=strip_parallelism(p["environment"]),
-        parallelism_variables=p["parallelism_variables"],
-        build_args=p["build_args"],
-        build_requirements=build_reqs,
-        linked_packages={name: f"{version} files-sha256:{digest[:16]}" for name, (version, digest) in linked.items()},
-        cuda_version=cuda,
-        python_tag=python["abi"] or python["tag"],
-        machine=python["machine"],
-        compilers=compiler_versions(module, env),
-        system_packages=system_package_versions(module, p["key_system_packages"]),
-        salt=p["salt"],
-    )
-    key = cache_key(inputs)
-    job_dir = os.path.join(p["cache_dir"], p["name"], key)
-
-    argv = [p["uv"], "build", "--wheel", "--no-build-isolation", "--python", build_python, "--out-dir", "{staging}"]
-    argv += p["build_args"] + ["."]
-
-    state = buildjob.status(job_dir)
-    found = buildjob.wheels(job_dir)
-    wheel = os.path.join(job_dir, found[0]) if state == "cached" else ""
+    key = plan_key(module, p, python, linked, env)
+    job_dir = os.path.join(p["cache_dir"], p["name"], key["key"])
     module.exit_json(
         changed=False,
-        key=key,
-        key_inputs=inputs,
-        commit=commit,
-        cuda_version=cuda,
+        **key,
         job_dir=job_dir,
-        status=state,
-        wheel=wheel,
-        installed=bool(wheel) and installed_from(target_site, wheel),
+        **cache_state(job_dir, target_site),
         parallelism=jobs,
-        argv=argv,
-        cwd=cwd,
+        argv=build_command(p, build_python),
+        cwd=os.path.normpath(os.path.join(p["source"], p["subdirectory"])),
         environment=env,
         environment_data=data_env,
         target_site_packages=target_site,
