@@ -171,36 +171,31 @@ pending:
 """
 
 
+def entry_list(**options):
+    """The spec of a list of entries (devN, hostpciN), each a dict with these options; empty by default."""
+    return dict(type="list", elements="dict", default=[], options=options)
+
+
 def module_args():
     return dict(
         node=dict(type="str", required=True),
         vmid=dict(type="int", required=True),
         type=dict(type="str", required=True, choices=["lxc", "qemu"]),
-        devices=dict(
-            type="list",
-            elements="dict",
-            default=[],
-            options=dict(
-                path=dict(type="str", required=True),
-                mode=dict(type="str"),
-                uid=dict(type="int"),
-                gid=dict(type="int"),
-                deny_write=dict(type="bool", default=False),
-            ),
+        devices=entry_list(
+            path=dict(type="str", required=True),
+            mode=dict(type="str"),
+            uid=dict(type="int"),
+            gid=dict(type="int"),
+            deny_write=dict(type="bool", default=False),
         ),
         manage_pattern=dict(type="str", default="^/dev/nvidia"),
-        hostpci=dict(
-            type="list",
-            elements="dict",
-            default=[],
-            options=dict(
-                host=dict(type="str", required=True),
-                pcie=dict(type="bool", default=True),
-                rombar=dict(type="bool"),
-                x_vga=dict(type="bool"),
-                driver=dict(type="str", choices=["vfio", "keep"]),
-                romfile=dict(type="str"),
-            ),
+        hostpci=entry_list(
+            host=dict(type="str", required=True),
+            pcie=dict(type="bool", default=True),
+            rombar=dict(type="bool"),
+            x_vga=dict(type="bool"),
+            driver=dict(type="str", choices=["vfio", "keep"]),
+            romfile=dict(type="str"),
         ),
         managed_hosts=dict(type="list", elements="str", default=[]),
         state=dict(type="str", choices=["present", "absent"], default="present"),
