@@ -11,7 +11,7 @@ from ansible.module_utils.guest_env.pins import (
     normalize_name,
     pins_from_requirements,
 )
-from ansible.module_utils.guest_env.records import venv_site_packages
+from ansible.module_utils.guest_env.records import VENV_OPTIONS, module_venv
 
 DOCUMENTATION = r"""
 module: venv_abi_guard
@@ -25,10 +25,6 @@ description:
   - A pin with a local label (C(+cu130)) must match it exactly; a pin without one accepts any label.
   - Read-only; runs the same in check mode.
 options:
-  path:
-    description: Root of the virtual environment.
-    type: path
-    required: true
   requirements:
     description: Requirement strings of the environment's spec; only exact pins are checked.
     type: list
@@ -44,6 +40,7 @@ options:
     elements: str
     default: []
 extends_documentation_fragment:
+  - venv
   - attributes.read_only
 author: inferhost contributors
 """
@@ -77,16 +74,15 @@ violations:
 def main():
     module = AnsibleModule(
         argument_spec={
-            "path": {"type": "path", "required": True},
+            **VENV_OPTIONS,
             "requirements": {"type": "list", "elements": "str", "default": []},
             "pins": {"type": "dict", "default": {}},
             "only": {"type": "list", "elements": "str", "default": []},
         },
         supports_check_mode=True,
     )
-    root = module.params["path"]
+    root, site = module_venv(module)
     try:
-        site = venv_site_packages(root)
         pins = pins_from_requirements(module.params["requirements"])
     except ValueError as err:
         module.fail_json(msg=str(err))

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.guest_env.records import audit, venv_site_packages
+from ansible.module_utils.guest_env.records import VENV_OPTIONS, audit, module_venv
 
 DOCUMENTATION = r"""
 module: venv_audit
@@ -16,10 +16,6 @@ description:
     left behind in an installed package (a debugging C(torch.save) in a model file) is found.
   - Read-only; runs the same in check mode.
 options:
-  path:
-    description: Root of the virtual environment (the directory that holds C(bin/python)).
-    type: path
-    required: true
   expected:
     description:
       - Changes that are not drift. O(expected[].path) is a glob relative to site-packages, or absolute.
@@ -58,6 +54,7 @@ options:
     type: bool
     default: false
 extends_documentation_fragment:
+  - venv
   - attributes.read_only
 author: inferhost contributors
 """
@@ -118,7 +115,7 @@ def summary(result):
 def main():
     module = AnsibleModule(
         argument_spec={
-            "path": {"type": "path", "required": True},
+            **VENV_OPTIONS,
             "expected": {
                 "type": "list",
                 "elements": "dict",
@@ -135,11 +132,7 @@ def main():
         },
         supports_check_mode=True,
     )
-    root = module.params["path"]
-    try:
-        site = venv_site_packages(root)
-    except ValueError as err:
-        module.fail_json(msg=str(err))
+    root, site = module_venv(module)
     try:
         result = audit(
             site,

@@ -236,6 +236,21 @@ def venv_site_packages(env_root):
     return site
 
 
+# The option of the modules that read a virtual environment (venv_audit, venv_abi_guard); the doc fragment
+# plugins/doc_fragments/venv.py documents it.
+VENV_OPTIONS = {"path": {"type": "path", "required": True}}
+
+
+def module_venv(module):
+    """(root, site-packages) of the environment a module's ``path`` names; the module fails when it is none."""
+    root = module.params["path"]
+    try:
+        site = venv_site_packages(root)
+    except ValueError as err:
+        module.fail_json(msg=str(err))
+    return root, site
+
+
 def fingerprint(site_packages, project):
     """(version, digest) of an installed distribution, or None when it is not installed.
 
