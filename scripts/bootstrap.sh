@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up everything the stack's commands need on a fresh Debian or Ubuntu machine (run as root):
-# system packages, a pinned uv, the locked Python environment (.venv) and the podman base images.
+# system packages (fuse3: the simulated GPUs of the API tests are served over FUSE), a pinned uv, the locked Python environment (.venv) and the podman base images.
 # Each step is skipped when already done, so `make demo` and `make test` stay quick the second time.
 set -euo pipefail
 
@@ -8,7 +8,7 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
 UV_VERSION=0.13.9
 PACKAGES=(podman runc debootstrap qemu-system-x86 qemu-utils busybox-static cpio kmod e2fsprogs
-          dpkg-dev python3 python3-venv git make ca-certificates openssh-client)
+          dpkg-dev python3 python3-venv git make ca-certificates openssh-client fuse3)
 
 say() { printf '==> %s\n' "$*"; }
 

@@ -22,10 +22,12 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), os.pardir, "plugins", "module_utils"))
 
 from gpu_switch.config import parse_config  # noqa: E402 - the path above must come first
-from gpu_switch.fakesys import FakeApi, FakeHost, FakeKernel, build  # noqa: E402
 from gpu_switch.switch import Switcher  # noqa: E402
 from gpu_switch.system import Host  # noqa: E402
-from gpu_switch.writer import ThreadWriter  # noqa: E402
+
+from inferhost.sim.gpu_api import FakeApi, ThreadWriter  # noqa: E402
+from inferhost.sim.gpu_host import FakeHost  # noqa: E402
+from inferhost.sim.gpu_kernel import FakeKernel, build  # noqa: E402
 
 
 def one_round(gpus: int, parallel: bool, latency: float) -> tuple[float, int]:

@@ -1004,13 +1004,9 @@ class Checker:
                 f"the VM's id, not the container's ({ct})",
                 "gpu_switch_vm_vmid: the VM's id from `qm list`",
             )
-        simulated = (
-            _int_like(self.value(host, "gpu_switch_simulated_gpus", 0))
-            and int(self.value(host, "gpu_switch_simulated_gpus", 0)) > 0
-        )
         gpus = self.value(host, "gpu_switch_gpus", [])
         match = self.value(host, "gpu_switch_gpu_match", {})
-        if not simulated and bool(gpus) == bool(match):
+        if bool(gpus) == bool(match):
             self.refuse(
                 host,
                 "gpu_switch_gpus",

@@ -38,6 +38,7 @@ from inferhost.runner import PlaybookResult, run_playbook, use_this_environment
 ROOT = Path(__file__).resolve().parents[2]
 INVENTORY = ROOT / "inventory" / "lab"
 STANDINS = ROOT / "tests" / "standin" / "install.yml"
+SIM_GPUS = ROOT / "src" / "inferhost" / "sim" / "gpus.yml"
 STANDIN_STAMP = "/opt/standin/.installed"
 STATE = ROOT / ".cache" / "lab"
 SSH_DIR = STATE / "ssh"
@@ -279,6 +280,8 @@ def start_containers(lab: Lab) -> str:
         if host in lab.groups.get("pve_hosts", []):
             # A Proxmox VE node has its cluster's CA; the lab host has the fake API's certificate there.
             argv += ["-v", f"{STATE / 'fakepve.crt'}:{PVE_CA}:ro"]
+            # Its GPUs are simulated over FUSE (install_gpus), mounted where a host's sysfs has them.
+            argv += ["--device", "/dev/fuse", "--cap-add", "SYS_ADMIN"]
         podman(*argv, f"localhost/debian-systemd:{hv['lab_image_release']}", "/sbin/init")
         started.append(host)
     for host, hv in sorted(lab.hosts.items()):
@@ -380,6 +383,14 @@ def install_standins(lab: Lab) -> str:
     for host in stale:
         podman("exec", CONTAINER_PREFIX + host, "sh", "-c", f"echo {stamp} > {STANDIN_STAMP}")
     return f"{len(gpus)} GPUs, changed={result.changed}"
+
+
+def install_gpus(lab: Lab) -> str:
+    """The lab host's hardware: the GPUs of its lab_gpus, simulated (src/inferhost/sim/gpus.yml) and seen in
+    /sys and /proc as on a real host. The inventory's inferhost_gpus names them, as a user's names theirs."""
+    host = _pve_host(lab)
+    result = _playbook(SIM_GPUS, extravars={"sim_gpus": lab.hosts[host]["lab_gpus"]}, limit=host)
+    return f"{len(lab.hosts[host]['lab_gpus'])} GPUs on {host}, changed={result.changed}"
 
 
 def _pve_host(lab: Lab) -> str:
@@ -491,6 +502,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     lab.step("base images", build_images, lab)
     lab.step("fake Proxmox API", start_fakepve, lab)
     lab.step("podman machines", start_containers, lab)
+    lab.step("simulated GPUs of the host", install_gpus, lab)
     lab.step("stand-in GPUs and engine", install_standins, lab)
     result = lab.step("converge site.yml" + (" (check)" if args.check else ""), converge, lab, args.check)
     lab.timings[-1] = (*lab.timings[-1][:2], f"changed={result.changed}")

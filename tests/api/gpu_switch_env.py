@@ -1,17 +1,28 @@
-"""The simulated host (kernel tree, commands) wired to a fakepve, for the gpu-switch API and Ansible tests."""
+"""The simulated host (kernel model, commands) wired to a fakepve, for the gpu-switch API and Ansible tests.
+
+In-process, the Switcher writes to the model through ThreadWriter; for the real command (a child process,
+or the Ansible module), ``Env.serve`` serves the model over FUSE and puts stand-in systemctl and modprobe
+first on PATH, so that gpu-switch runs its production path: child-process writes to files that answer as
+sysfs does."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import yaml
 from gpu_switch import cli
 from gpu_switch.config import parse_config, read_secret
-from gpu_switch.fakesys import FakeHost, FakeKernel
 from gpu_switch.pve import PveApi
 from gpu_switch.switch import Switcher
 from gpu_switch.system import Host
-from gpu_switch.writer import ThreadWriter
+
+from inferhost.sim.gpu_api import ThreadWriter
+from inferhost.sim.gpu_fuse import wait_mounted
+from inferhost.sim.gpu_host import FakeHost, commands_dir
+from inferhost.sim.gpu_kernel import FakeKernel
 
 ROOT = Path(__file__).resolve().parents[2]
 CT, VM = 101, 201
@@ -39,7 +50,8 @@ class Env:
 
     def __init__(self, pve, cafile, tmp: Path, gpus=2, owner="ct", **config):
         self.pve, self.tmp = pve, tmp
-        roots = {n: str(tmp / n) for n in ("sys", "proc", "dev", "run")}
+        self._served: list[subprocess.Popen] = []
+        roots = {n: str(tmp / n) for n in ("sys", "proc", "dev", "run", "state")}
         self.kernel = FakeKernel.create(roots["sys"], roots["proc"], roots["dev"])
         for driver in ("nvidia", "vfio-pci", "snd_hda_intel"):
             self.kernel.add_driver(driver)
@@ -62,7 +74,13 @@ class Env:
             "container": {"vmid": CT},
             "vm": {"vmid": VM},
             "gpus": self.addresses,
-            "roots": {"sysfs": roots["sys"], "proc": roots["proc"], "run": roots["run"], "dev": roots["dev"]},
+            "roots": {
+                "sysfs": roots["sys"],
+                "proc": roots["proc"],
+                "run": roots["run"],
+                "dev": roots["dev"],
+                "state": roots["state"],
+            },
             "timeouts": {"sysfs_write": 2, "shutdown": 60, "task": 30},
         }
         self.data.update(config)
@@ -117,3 +135,29 @@ class Env:
 
     def tasks(self):
         return [(t["type"], t["id"], t.get("exitstatus")) for t in self.pve.tasklog]
+
+    def serve(self, path: Path | None = None) -> tuple[str, dict]:
+        """Serve the model over FUSE for the real command; write its configuration (roots on the mount) to
+        path. Returns the configuration's path and the environment to run the command with."""
+        mount = self.tmp / "mnt"
+        daemon = subprocess.Popen(
+            [sys.executable, "-m", "inferhost.sim.gpu_fuse", "--state", str(self.tmp), "--mount", str(mount)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        self._served.append(daemon)
+        wait_mounted(str(mount))
+        data = dict(self.data)
+        data["roots"] = dict(
+            self.data["roots"], sysfs=str(mount / "sys"), proc=str(mount / "proc"), dev=str(mount / "dev")
+        )
+        path = path or self.tmp / "config.yml"
+        path.write_text(yaml.safe_dump(data))
+        environ = {**os.environ, **commands_dir(str(self.tmp / "bin"), self.host.state_path)}
+        return str(path), environ
+
+    def close(self) -> None:
+        for daemon in self._served:
+            daemon.terminate()
+            daemon.wait(timeout=10)
+        self._served.clear()

@@ -1,5 +1,5 @@
 """The Ansible front ends (module and playbooks/gpu_switch.yml) through real ansible-playbook runs on localhost,
-against fakepve and a simulated kernel (``simulate: true`` in the config): check mode plans without changing,
+against fakepve and the kernel model served over FUSE (Env.serve): check mode plans without changing,
 a run moves, a second run changes nothing, a bad -e value fails before any change, the password stays hidden."""
 
 from __future__ import annotations
@@ -14,14 +14,13 @@ from gpu_switch_env import ROOT, Env
 
 
 @pytest.fixture
-def setup(fakepve, fakepve_cafile, tmp_path):
+def setup(fakepve, fakepve_cafile, tmp_path, monkeypatch):
     env = Env(fakepve, fakepve_cafile, tmp_path)
-    env.data["simulate"] = True
     config_dir = tmp_path / "etc"
     config_dir.mkdir()
-    env.tmp = config_dir  # write_config() puts config.yml there
-    env.write_config()
-    env.tmp = tmp_path
+    _, environ = env.serve(config_dir / "config.yml")
+    for name in ("PATH", "INFERHOST_SIM_HOST_STATE"):  # the module starts the stand-in systemctl
+        monkeypatch.setenv(name, environ[name])
     inventory = tmp_path / "hosts.yml"
     inventory.write_text(
         json.dumps(
@@ -41,7 +40,8 @@ def setup(fakepve, fakepve_cafile, tmp_path):
             }
         )
     )
-    return env, str(inventory), str(config_dir)
+    yield env, str(inventory), str(config_dir)
+    env.close()
 
 
 def playbook(inventory, *args):

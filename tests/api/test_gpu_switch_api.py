@@ -1,6 +1,7 @@
 """gpu-switch against fakepve: real HTTPS with the fake's CA, real proxmoxer, PVE's schema and task model.
 
-The host side is the simulated kernel (gpu_switch.fakesys); the Proxmox side is fakepve, which answers like
+The host side is the kernel model of the simulation wing (inferhost.sim), served over FUSE to the real
+command; the Proxmox side is fakepve, which answers like
 PVE 9 (UPIDs, config locks, TASK ERROR, root@pam-only devN) and injects faults. Every fault ends either done
 or rolled back, never stranded; a killed process (SIGKILL after each sysfs write) is recovered by
 `gpu-switch recover`.
@@ -16,14 +17,30 @@ from pathlib import Path
 
 import pytest
 from gpu_switch.errors import EXIT_OK, EXIT_ROLLED_BACK, ApiError
-from gpu_switch.fakesys import FakeHost, FakeKernel
 from gpu_switch.pve import PveApi
 from gpu_switch_env import CT, ROOT, VM, Env
 
+from inferhost.sim.gpu_host import FakeHost
+from inferhost.sim.gpu_kernel import FakeKernel
+
 
 @pytest.fixture
-def env(fakepve, fakepve_cafile, tmp_path):
-    return Env(fakepve, fakepve_cafile, tmp_path)
+def make_env(fakepve, fakepve_cafile, tmp_path):
+    """Env(**kwargs) on this test's fakepve; whatever it serves is stopped after the test."""
+    made = []
+
+    def make(**kwargs):
+        made.append(Env(fakepve, fakepve_cafile, tmp_path, **kwargs))
+        return made[-1]
+
+    yield make
+    for env in made:
+        env.close()
+
+
+@pytest.fixture
+def env(make_env):
+    return make_env()
 
 
 def without_digest(config):
@@ -200,9 +217,8 @@ def test_tls_is_verified_against_the_ca_file(env):
 
 
 def test_the_command_line_end_to_end_with_json(env):
-    path = env.write_config()
+    path, environ = env.serve()
     argv = [sys.executable, str(ROOT / "scripts" / "gpu-switch"), "--config", path, "--json"]
-    environ = {**os.environ, "GPU_SWITCH_FAKE_KERNEL": "1"}
     proc = subprocess.run([*argv, "to-vm"], capture_output=True, text=True, env=environ, check=False)
     assert proc.returncode == EXIT_OK, proc.stderr
     result = json.loads(proc.stdout)
@@ -218,13 +234,13 @@ def test_the_command_line_end_to_end_with_json(env):
 
 @pytest.mark.parametrize("write", [1, 3, 5, 9])
 @pytest.mark.parametrize("origin", ["ct", "vm"])
-def test_sigkill_mid_move_then_recover(fakepve, fakepve_cafile, tmp_path, origin, write):
+def test_sigkill_mid_move_then_recover(make_env, origin, write):
     """The real command, killed by SIGKILL right after sysfs write n, then `gpu-switch recover` (the unit tests
     kill an in-process move after every single write; this proves the same with a real process death)."""
     target = "vm" if origin == "ct" else "ct"
-    env = Env(fakepve, fakepve_cafile, tmp_path, owner=origin)
-    argv = [sys.executable, str(ROOT / "scripts" / "gpu-switch"), "--config", env.write_config(), "--json"]
-    environ = {**os.environ, "GPU_SWITCH_FAKE_KERNEL": "1"}
+    env = make_env(owner=origin)
+    path, environ = env.serve()
+    argv = [sys.executable, str(ROOT / "scripts" / "gpu-switch"), "--config", path, "--json"]
     env.kernel.crash_after(write)
     proc = subprocess.run([*argv, f"to-{target}"], capture_output=True, text=True, env=environ, check=False)
     assert proc.returncode == -9, proc.stderr

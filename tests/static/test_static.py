@@ -155,3 +155,17 @@ def test_module_documentation_matches_its_argument_spec(module, module_docs):
         if documented.get(name) != taken.get(name)
     }
     assert not differ, f"{module}: documentation and argument spec disagree: {differ}"
+
+
+def test_production_code_reaches_nothing_that_pretends():
+    """roles/ and plugins/ run on real hosts: none of their files imports the simulation wing or names its path,
+    and nothing in them speaks of a simulated mode (gpu-switch has none)."""
+    offenders = []
+    for path in sorted([*(ROOT / "roles").rglob("*"), *(ROOT / "plugins").rglob("*")]):
+        if not path.is_file() or "__pycache__" in path.parts:
+            continue
+        text = path.read_text(errors="replace")
+        for needle in ("inferhost.sim", "inferhost/sim", "sim/gpu", "fakesys", "FAKE_KERNEL", "simulat"):
+            if needle.lower() in text.lower():
+                offenders.append(f"{path.relative_to(ROOT)}: {needle}")
+    assert not offenders, offenders

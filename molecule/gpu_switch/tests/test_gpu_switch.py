@@ -14,9 +14,9 @@ def test_the_password_is_only_in_its_0600_file(host):
     assert "molecule-secret" not in host.file(CONFIG).content_string
 
 
-def test_the_configuration_points_at_the_simulated_tree(host):
+def test_the_configuration_names_the_gpus_and_reads_the_hosts_own_sysfs(host):
     config = yaml.safe_load(host.file(CONFIG).content_string)
-    assert config["gpus"] == ["0000:01:00.0", "0000:02:00.0"] and config["simulate"] is True
+    assert config["gpus"] == ["0000:01:00.0", "0000:02:00.0"] and "roots" not in config
     assert config["proxmox"]["password_file"] == "/etc/gpu-switch/password"
     assert config["proxmox"]["verify_ssl"] is True and config["proxmox"]["ca_file"] == "/etc/pve/pve-root-ca.pem"
     assert (config["container"]["vmid"], config["vm"]["vmid"]) == (101, 201)

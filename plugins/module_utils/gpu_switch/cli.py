@@ -17,10 +17,7 @@ import sys
 
 from .config import DEFAULT_PATH, Config, load_config
 from .errors import EXIT_STRANDED, EXIT_USAGE, ConfigError, GpuSwitchError
-from .fakesys import FakeHost, FakeKernel
 from .switch import Outcome, Switcher, _reason
-from .system import Host
-from .writer import ThreadWriter
 
 COMMANDS = ("status", "to-vm", "to-ct", "recover")
 
@@ -54,17 +51,8 @@ def parser() -> argparse.ArgumentParser:
 
 
 def make_switcher(config: Config, **kwargs) -> Switcher:
-    """The Switcher for a real host, or for a simulated kernel (config ``simulate: true`` or
-    GPU_SWITCH_FAKE_KERNEL=1: the lab, molecule and tests), whose services are simulated too."""
-    if (config.simulate or os.environ.get("GPU_SWITCH_FAKE_KERNEL") == "1") and "writer" not in kwargs:
-        if os.path.realpath(config.roots.sysfs) == "/sys":
-            raise ConfigError("a simulated kernel needs a sysfs root other than /sys")
-        try:
-            kernel = FakeKernel.open(config.roots.sysfs, config.roots.proc, config.roots.dev)
-        except FileNotFoundError as exc:
-            raise ConfigError(str(exc)) from None
-        kwargs["writer"] = ThreadWriter(kernel.write)
-        kwargs.setdefault("host", Host(FakeHost.for_tree(config.roots.sysfs).run, config.timeouts.command))
+    """The Switcher for this host: its sysfs written by child processes, its own systemctl and modprobe
+    (tests hand in other writers and hosts through kwargs)."""
     return Switcher(config, **kwargs)
 
 

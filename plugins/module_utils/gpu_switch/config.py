@@ -13,8 +13,7 @@ roots: {sysfs: /sys, proc: /proc, run: /run}
 Optional keys beyond that schema (all with defaults): ``proxmox.token_name`` (the secret is then read from
 ``password_file``), ``proxmox.timeout`` (HTTP seconds), ``vm.hostpci_options``, ``roots.dev``,
 ``roots.state`` (where the journal lives; it must survive a reboot), ``timeouts`` (``shutdown``, ``task``,
-``sysfs_write``, ``command``), ``persistenced_unit``, ``parallel`` and ``simulate`` (the local lab and
-molecule: the roots hold a simulated kernel, see fakesys.py; refused with the real /sys).
+``sysfs_write``, ``command``), ``persistenced_unit`` and ``parallel``.
 An unknown key is an error: a typo must not silently fall back to a default.
 """
 
@@ -112,7 +111,6 @@ class Config:
     hostpci_options: str = "pcie=1"
     persistenced_unit: str | None = "nvidia-persistenced.service"
     parallel: bool = False
-    simulate: bool = False
     path: str = DEFAULT_PATH
 
     @property
@@ -271,7 +269,6 @@ def parse_config(data: Any, source: str = DEFAULT_PATH, environ: dict[str, str] 
             "timeouts",
             "persistenced_unit",
             "parallel",
-            "simulate",
         ),
     )
     proxmox = _proxmox(source, top)
@@ -320,7 +317,6 @@ def parse_config(data: Any, source: str = DEFAULT_PATH, environ: dict[str, str] 
         hostpci_options=hostpci_options,
         persistenced_unit=unit,
         parallel=top.get("parallel", bool, False),
-        simulate=top.get("simulate", bool, False),
         path=source,
     )
 

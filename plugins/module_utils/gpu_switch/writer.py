@@ -1,10 +1,9 @@
 """Writing to sysfs with a timeout.
 
 An unbind can hang in the kernel (a GPU still in use, a driver bug), and a thread stuck in such a write
-cannot be cancelled: it would even keep the process from exiting. So on a real host each write runs in a
+cannot be cancelled: it would even keep the process from exiting. So each write runs in a
 short-lived child process; if it does not return in time, the child is abandoned (it is unkillable while
-the kernel holds it) and the caller gets WriteTimeout. ThreadWriter does the same for an in-process
-writer (the simulated kernel of the tests), where a hung write is a thread that never returns.
+the kernel holds it) and the caller gets WriteTimeout.
 """
 
 from __future__ import annotations
@@ -12,8 +11,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import threading
-from collections.abc import Callable
 
 from .errors import WriteTimeout
 
@@ -53,27 +50,3 @@ class ProcessWriter:
             if 0 < code < 125:
                 raise OSError(code, os.strerror(code), path)
             raise OSError(f"write to {path} failed: {err.decode(errors='replace').strip() or code}")
-
-
-class ThreadWriter:
-    """Runs an in-process write function in a daemon thread with a timeout (for simulated kernels)."""
-
-    def __init__(self, write: Callable[[str, str], None]):
-        self._write = write
-
-    def write(self, path: str, value: str, timeout: float) -> None:
-        box: dict = {}
-
-        def run():
-            try:
-                self._write(path, value)
-            except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
-                box["error"] = exc
-
-        worker = threading.Thread(target=run, name=f"sysfs-write {path}", daemon=True)
-        worker.start()
-        worker.join(timeout)
-        if worker.is_alive():
-            raise WriteTimeout(path, value, timeout)
-        if "error" in box:
-            raise box["error"]

@@ -9,10 +9,12 @@ import os
 import yaml
 from gpu_switch import cli
 from gpu_switch.config import parse_config
-from gpu_switch.fakesys import FakeApi, FakeHost, FakeKernel
 from gpu_switch.switch import Switcher
 from gpu_switch.system import Host
-from gpu_switch.writer import ThreadWriter
+
+from inferhost.sim.gpu_api import FakeApi, ThreadWriter
+from inferhost.sim.gpu_host import FakeHost
+from inferhost.sim.gpu_kernel import FakeKernel
 
 CT, VM = 101, 201
 # The device nodes of the first two GPUs, in gpu-switch's order, once the rig has nvidia-caps/nvidia-cap1 (make_node).

@@ -9,8 +9,9 @@ import os
 import pytest
 from gpu_switch import cli
 from gpu_switch.errors import EXIT_OK, EXIT_ROLLED_BACK, EXIT_STRANDED
-from gpu_switch.writer import ThreadWriter
 from gpu_switch_rig import CT, VM, Rig
+
+from inferhost.sim.gpu_api import ThreadWriter
 
 # Steps of a full move of 2 GPUs from that side; from the VM, check-holders looks for /dev/vfio holders.
 STEPS = {"ct": 8, "vm": 9}

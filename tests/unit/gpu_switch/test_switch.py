@@ -205,6 +205,7 @@ def test_failure_mid_move_rolls_back_to_where_the_gpus_were(rig):
 def test_a_rebind_failure_on_the_second_gpu_rolls_back_the_first(rig):
     # The second GPU's audio function will not bind to vfio-pci.
     rig.kernel.meta["devices"]["0000:02:00.1"]["native"] = "snd_hda_intel"
+    rig.kernel._save()
     original = rig.kernel._apply
 
     def refuse(rel, real, value):

@@ -9,11 +9,13 @@ import time
 import pytest
 from gpu_switch.config import parse_config
 from gpu_switch.errors import ConfigError, RebindError, WriteTimeout
-from gpu_switch.fakesys import FakeKernel
 from gpu_switch.pci import Sysfs, discover, foreign_group_members, nvidia_device_paths
 from gpu_switch.rebind import Rebinder
-from gpu_switch.writer import ProcessWriter, ThreadWriter
+from gpu_switch.writer import ProcessWriter
 from gpu_switch_rig import NODES_OF_TWO_GPUS
+
+from inferhost.sim.gpu_api import ThreadWriter
+from inferhost.sim.gpu_kernel import FakeKernel
 
 
 def test_discover_reads_functions_groups_numa_and_drivers(make_rig):

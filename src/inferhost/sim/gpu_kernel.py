@@ -1,8 +1,8 @@
-"""A simulated PCI driver core on a plain directory tree, for tests and the local lab.
+"""The simulated PCI driver core: a model of what the kernel does for the sysfs files gpu-switch writes.
 
-The tree looks like the kernel's (``bus/pci/devices/<bdf>`` links to ``devices/pci0000:00/<bdf>``, each with
-``vendor``, ``class``, ``driver_override``, ``numa_node``, ``iommu_group`` and ``driver`` links), and
-``FakeKernel.write`` behaves like sysfs does for the files gpu-switch writes:
+The model keeps its tree on a plain directory, shaped as the kernel's (``bus/pci/devices/<bdf>`` links to
+``devices/pci0000:00/<bdf>``, each with ``vendor``, ``class``, ``driver_override``, ``numa_node``,
+``iommu_group`` and ``driver`` links), and ``FakeKernel.write`` answers a write as sysfs does:
 
 - ``driver_override``: stored; writing it never unbinds; an empty value clears it;
 - ``drivers/<drv>/unbind``: fails with ENODEV unless the function is bound to that driver;
@@ -14,28 +14,26 @@ The tree looks like the kernel's (``bus/pci/devices/<bdf>`` links to ``devices/p
 - a path marked hung blocks forever, as a stuck unbind does;
 - binding ``nvidia`` creates ``/proc/driver/nvidia/gpus/<bdf>/information`` and ``/dev/nvidiaN``.
 
-Its metadata (native drivers, minors, hung paths, latency) lives in ``<sysfs>/.fakekernel.json`` so that
-another process (the gpu-switch command in the lab) can open the same simulated kernel.
+Two ways in: the unit tests call ``write`` in-process (through ``ThreadWriter``, the seam gpu-switch's
+Switcher takes), and ``gpu_fuse`` serves the tree as a FUSE filesystem whose writes reach the same model,
+so that the real gpu-switch command, with its child-process writes, runs unchanged over it (the lab's host
+machine, molecule, the command-line tests). Its metadata (native drivers, minors, hung paths, latency, the
+crash trigger) lives in ``<sysfs>/.fakekernel.json`` and is read again before every write, so that a test
+in another process can change it. This file needs nothing but the standard library: the lab copies it onto
+its host machine.
 """
 
 from __future__ import annotations
 
-import argparse
 import errno
-import hashlib
 import json
 import os
 import signal
 import threading
 import time
-
-from .entries import parse_dev, parse_hostpci
-from .errors import ApiError, TaskFailed
-from .pve import label
-from .system import Completed
+from collections.abc import Callable
 
 META = ".fakekernel.json"
-HOST_STATE = ".fakehost.json"
 
 
 def _err(code: int, path: str) -> OSError:
@@ -43,11 +41,19 @@ def _err(code: int, path: str) -> OSError:
 
 
 class FakeKernel:
-    def __init__(self, sysfs: str, proc: str, dev: str):
+    def __init__(self, sysfs: str, proc: str, dev: str, on_crash: Callable[[], None] | None = None):
         self.root, self.proc, self.dev = sysfs, proc, dev
+        # What "the writing process dies" means: this process (in-process tests), or the FUSE caller.
+        self.on_crash = on_crash or (lambda: os.kill(os.getpid(), signal.SIGKILL))
         self._lock = threading.Lock()
-        self.writes: list[tuple[str, str]] = []
-        self.meta = {"devices": {}, "hang": [], "latency": 0.0, "crash_after_writes": None, "write_count": 0}
+        self.meta = {
+            "devices": {},
+            "hang": [],
+            "latency": 0.0,
+            "crash_after_writes": None,
+            "write_count": 0,
+            "writes": [],
+        }
         self._load()
 
     # ------------------------------------------------------------- building
@@ -82,6 +88,12 @@ class FakeKernel:
         if not os.path.exists(os.path.join(sysfs, META)):
             raise FileNotFoundError(f"{sysfs} is not a simulated sysfs tree (no {META})")
         return cls(sysfs, proc, dev)
+
+    @property
+    def writes(self) -> list[tuple[str, str]]:
+        """Every write the model answered, from any process: (path relative to the sysfs root, value)."""
+        self._load()
+        return [tuple(w) for w in self.meta["writes"]]
 
     def _load(self) -> None:
         try:
@@ -148,7 +160,7 @@ class FakeKernel:
 
     def add_gpu(
         self,
-        bus: int,
+        bus: int | str,
         *,
         group: int | None = None,
         numa: int = 0,
@@ -157,9 +169,12 @@ class FakeKernel:
         host_driver: str = "nvidia",
         driver: str | None = "nvidia",
     ) -> str:
-        """A GPU at 0000:<bus>:00.0 with an audio function (and more), in one IOMMU group."""
-        base = f"0000:{bus:02x}:00"
-        group = bus if group is None else group
+        """A GPU at 0000:<bus>:00.0 (or at the address given) with an audio function (and more), in one
+        IOMMU group (numbered after the bus unless given)."""
+        base = f"0000:{bus:02x}:00" if isinstance(bus, int) else bus.rsplit(".", 1)[0]
+        if len(base) == 7:  # bb:dd.f without the domain
+            base = "0000:" + base
+        group = int(base.split(":")[1], 16) if group is None else group
         self.add_device(f"{base}.0", group=group, numa=numa, native=host_driver, driver=driver, minor=minor)
         kinds = [("0x040300", "snd_hda_intel"), ("0x0c0330", "xhci_hcd"), ("0x0c8000", "nvidia-ucsi")]
         for n in range(1, functions):
@@ -262,23 +277,27 @@ class FakeKernel:
         root = os.path.realpath(self.root)
         real = os.path.realpath(path)
         rel = os.path.relpath(real, root)
+        self._load()
         if any(h == rel and v in (None, value.strip()) for h, v in self.meta["hang"]):
             threading.Event().wait()  # as a write stuck in the kernel: the caller's timeout gives up on it
         if self.meta.get("latency"):
             time.sleep(self.meta["latency"])
         with self._lock:
-            self.writes.append((rel, value.strip()))
-            self._apply(rel, real, value.strip())
+            self._load()  # a test in another process may have changed the hung paths or the crash trigger
+            self.meta["writes"].append([rel, value.strip()])
+            try:
+                self._apply(rel, real, value.strip())
+            finally:
+                self._save()
             self._count()
 
     def _count(self) -> None:
         if self.meta.get("crash_after_writes") is None:
             return
-        self._load()
         self.meta["write_count"] = self.meta.get("write_count", 0) + 1
         self._save()
         if self.meta["write_count"] >= self.meta["crash_after_writes"]:
-            os.kill(os.getpid(), signal.SIGKILL)
+            self.on_crash()
 
     def _apply(self, rel: str, real: str, value: str) -> None:
         parts = rel.split(os.sep)
@@ -319,160 +338,18 @@ class FakeKernel:
         self._bind(bdf, driver)
 
 
-class FakeHost:
-    """systemctl, modprobe and nvidia-modprobe as a simulated host answers them: units are active or not (kept in
-    a JSON file when a path is given, so separate gpu-switch processes see the same state); every call is recorded.
-    The lab and the tests use it so that a simulated move never touches the real host's services."""
-
-    def __init__(self, state_path: str | None = None, active=("nvidia-persistenced.service",)):
-        self.state_path = state_path
-        self.calls: list[list[str]] = []
-        self._active = set(active)
-        if state_path and os.path.exists(state_path):
-            with open(state_path, encoding="utf-8") as fh:
-                self._active = set(json.load(fh).get("active", []))
-
-    @classmethod
-    def for_tree(cls, sysfs: str) -> FakeHost:
-        return cls(os.path.join(sysfs, HOST_STATE))
-
-    @property
-    def active(self) -> set[str]:
-        return self._active
-
-    @active.setter
-    def active(self, units) -> None:
-        self._active = set(units)
-        self._save()
-
-    def _save(self) -> None:
-        if self.state_path:
-            with open(self.state_path, "w", encoding="utf-8") as fh:
-                json.dump({"active": sorted(self._active)}, fh)
-
-    def run(self, argv, timeout):
-        self.calls.append(list(argv))
-        if argv[:2] == ["systemctl", "is-active"]:
-            return Completed(0 if argv[-1] in self._active else 3)
-        if argv[:2] == ["systemctl", "stop"]:
-            self._active.discard(argv[-1])
-            self._save()
-        elif argv[:2] == ["systemctl", "start"]:
-            self._active.add(argv[-1])
-            self._save()
-        return Completed(0)
-
-
-def build(root: str, gpus: int, functions: int = 2) -> list[str]:
-    """A simulated host under root (sys/, proc/, dev/): GPUs on nvidia with an audio function each, one IOMMU
-    group per GPU, the first half on NUMA node 0. Returns the GPU addresses. Used by the lab and molecule."""
-    sysfs, proc, dev = (os.path.join(root, n) for n in ("sys", "proc", "dev"))
-    kernel = FakeKernel.create(sysfs, proc, dev)
+def build(root: str, gpus: int | list, functions: int = 2, dev: str | None = None) -> list[str]:
+    """A simulated host under root (sys/, proc/, and dev/ unless another device directory is given): GPUs
+    on nvidia with an audio function each, one IOMMU group per GPU. gpus is a count (GPU n on bus n+1, the
+    first half on NUMA node 0) or a list of {address, numa_node} (an inventory's inferhost_gpus). Returns the
+    GPU addresses."""
+    sysfs, proc = os.path.join(root, "sys"), os.path.join(root, "proc")
+    kernel = FakeKernel.create(sysfs, proc, dev or os.path.join(root, "dev"))
     for driver in ("nvidia", "vfio-pci", "snd_hda_intel", "xhci_hcd"):
         kernel.add_driver(driver)
+    if isinstance(gpus, int):
+        gpus = [{"address": n + 1, "numa_node": 0 if n < max(gpus // 2, 1) else 1} for n in range(gpus)]
     return [
-        kernel.add_gpu(n + 1, numa=0 if n < max(gpus // 2, 1) else 1, minor=n, functions=functions) for n in range(gpus)
+        kernel.add_gpu(gpu["address"], numa=int(gpu.get("numa_node", 0)), minor=n, functions=functions)
+        for n, gpu in enumerate(gpus)
     ]
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python3 -m gpu_switch.fakesys", description="Build a simulated GPU host tree.")
-    p.add_argument("--root", required=True, help="directory to create (sys/, proc/, dev/ inside)")
-    p.add_argument("--gpus", type=int, default=2)
-    p.add_argument("--functions", type=int, default=2)
-    args = p.parse_args(argv)
-    if os.path.exists(os.path.join(args.root, "sys", META)):
-        print(json.dumps({"changed": False}))
-        return 0
-    addresses = build(args.root, args.gpus, args.functions)
-    print(json.dumps({"changed": True, "gpus": addresses}))
-    return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main())
-
-
-class FakeApi:
-    """The Proxmox API as gpu-switch uses it (PveApi's methods), in memory, for unit tests and the benchmark.
-    Starting a guest checks what PVE and the hookscript would: the container's device nodes exist, no GPU
-    function is on vfio-pci for the container, every hostpciN function is on vfio-pci for the VM."""
-
-    def __init__(self, kernel: FakeKernel, container_vmid: int = 101, vm_vmid: int = 201):
-        self.kernel = kernel
-        self.guests = {
-            ("lxc", container_vmid): {"status": "running", "config": {"hostname": "ct", "memory": 4096}},
-            ("qemu", vm_vmid): {
-                "status": "stopped",
-                "config": {"name": "vm", "machine": "q35", "scsi0": "local-lvm:vm-201-disk-0"},
-            },
-        }
-        self.calls: list[tuple] = []
-        self.slow_shutdown: set[tuple] = set()  # (kind, vmid) whose shutdown times out
-        self.fail_start: dict[tuple, str] = {}  # (kind, vmid) -> the start task's error
-        self.fail_set_config: dict[tuple, Exception] = {}
-        self.down = False
-
-    def _guest(self, kind, vmid):
-        if self.down:
-            raise ApiError("Proxmox API at 127.0.0.1:8006 unreachable")
-        return self.guests[(kind, vmid)]
-
-    def status(self, kind, vmid):
-        return self._guest(kind, vmid)["status"]
-
-    def config(self, kind, vmid):
-        guest = self._guest(kind, vmid)
-        digest = hashlib.sha1(json.dumps(guest["config"], sort_keys=True).encode()).hexdigest()
-        return dict(guest["config"], digest=digest)
-
-    def set_config(self, kind, vmid, values, delete=None, digest=None):
-        self.calls.append(("set_config", kind, vmid, dict(values), list(delete or [])))
-        if (kind, vmid) in self.fail_set_config:
-            raise self.fail_set_config[(kind, vmid)]
-        guest = self._guest(kind, vmid)
-        if digest and digest != self.config(kind, vmid)["digest"]:
-            raise ApiError("checksum mismatch (file change by other user?)", 500)
-        guest["config"].update(values)
-        for key in delete or []:
-            guest["config"].pop(key, None)
-
-    def act(self, kind, vmid, action, want, wait_timeout, **params):
-        self.calls.append((action, kind, vmid, params))
-        guest = self._guest(kind, vmid)
-        what = f"{action} {label(kind, vmid)}"
-        if action == "shutdown":
-            if guest["status"] != "running":
-                raise TaskFailed(f"{what}: task failed: not running", "UPID:fake", "not running")
-            if (kind, vmid) in self.slow_shutdown:
-                status = "container did not stop" if kind == "lxc" else "VM quit/powerdown failed - got timeout"
-                raise TaskFailed(f"{what}: task failed: {status}", "UPID:fake", status)
-            guest["status"] = "stopped"
-        elif action == "stop":
-            guest["status"] = "stopped"
-        elif action == "start":
-            if guest["status"] == "running":
-                raise TaskFailed(f"{what}: task failed: already running", "UPID:fake", "already running")
-            error = self.fail_start.get((kind, vmid)) or self._start_error(kind, guest)
-            if error:
-                raise TaskFailed(f"{what}: task failed: {error}", "UPID:fake", error)
-            guest["status"] = "running"
-
-    def _start_error(self, kind, guest) -> str | None:
-        devices = self.kernel.meta["devices"]
-        if kind == "lxc":
-            for key, value in guest["config"].items():
-                if key.startswith("dev") and key[3:].isdigit():
-                    path = parse_dev(value)["path"]
-                    if not os.path.exists(os.path.join(self.kernel.dev, path[len("/dev/") :])):
-                        return f"Device {path} does not exist"
-            if any(self.kernel.driver_of(b) == "vfio-pci" for b in devices):
-                return "hookscript error for 101 on pre-start: exit code 1 (GPU functions on vfio-pci)"
-            return None
-        for key, value in guest["config"].items():
-            if key.startswith("hostpci"):
-                for slot in parse_hostpci(value)["host"]:
-                    stray = [b for b in devices if b.startswith(slot) and self.kernel.driver_of(b) != "vfio-pci"]
-                    if stray:
-                        return f"hookscript error on pre-start: {stray[0]} is not on vfio-pci"
-        return None
