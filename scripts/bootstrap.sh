@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up everything the stack's commands need on a fresh Debian or Ubuntu machine (run as root):
-# system packages (fuse3: the simulated GPUs of the API tests are served over FUSE), a pinned uv, the locked Python environment (.venv) and the podman base images.
+# system packages (fuse3: the API tests serve their simulated GPUs over FUSE), a pinned uv, the locked
+# Python environment (.venv) and the podman base images.
 # Each step is skipped when already done, so `make demo` and `make test` stay quick the second time.
 set -euo pipefail
 
