@@ -6,10 +6,10 @@ from __future__ import annotations
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
 try:
-    from ansible.module_utils.gpu_switch.cli import failure, make_switcher, run
+    from ansible.module_utils.gpu_switch.cli import failure, run
     from ansible.module_utils.gpu_switch.config import load_config
     from ansible.module_utils.gpu_switch.errors import GpuSwitchError
-    from ansible.module_utils.gpu_switch.switch import drivers_view
+    from ansible.module_utils.gpu_switch.switch import Switcher, drivers_view
 
     IMPORT_ERROR = None
 except ImportError as exc:  # PyYAML or proxmoxer missing on the host
@@ -187,7 +187,7 @@ def main():
     command = params["command"]
     try:
         config = load_config(params["config"])
-        switcher = make_switcher(config, secret=params["proxmox_password"])
+        switcher = Switcher(config, secret=params["proxmox_password"])
         if command == "hookscripts":
             result = switcher.ensure_hookscripts(params["hookscript"], check_mode=module.check_mode)
             module.exit_json(rc=0, **result)

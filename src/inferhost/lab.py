@@ -292,6 +292,7 @@ def start_containers(lab: Lab) -> str:
         proc = podman("exec", CONTAINER_PREFIX + host, "apt-get", "update", "-qq", check=False)
         if proc.returncode != 0:
             raise LabError(f"{host}: apt-get update failed: {proc.stderr.strip()[-500:]}")
+    install_gpus(lab)  # the host machine's hardware, before anything looks at it (a no-op when in place)
     return "started " + ", ".join(started) if started else "already running"
 
 
@@ -389,8 +390,9 @@ def install_gpus(lab: Lab) -> str:
     """The lab host's hardware: the GPUs of its lab_gpus, simulated (src/inferhost/sim/gpus.yml) and seen in
     /sys and /proc as on a real host. The inventory's inferhost_gpus names them, as a user's names theirs."""
     host = _pve_host(lab)
-    result = _playbook(SIM_GPUS, extravars={"sim_gpus": lab.hosts[host]["lab_gpus"]}, limit=host)
-    return f"{len(lab.hosts[host]['lab_gpus'])} GPUs on {host}, changed={result.changed}"
+    gpus = lab.hosts[host]["lab_gpus"]
+    result = _playbook(SIM_GPUS, extravars={"sim_gpus": gpus}, limit=host)
+    return f"{len(gpus)} GPUs on {host}, changed={result.changed}"
 
 
 def _pve_host(lab: Lab) -> str:
@@ -502,7 +504,6 @@ def cmd_up(args: argparse.Namespace) -> int:
     lab.step("base images", build_images, lab)
     lab.step("fake Proxmox API", start_fakepve, lab)
     lab.step("podman machines", start_containers, lab)
-    lab.step("simulated GPUs of the host", install_gpus, lab)
     lab.step("stand-in GPUs and engine", install_standins, lab)
     result = lab.step("converge site.yml" + (" (check)" if args.check else ""), converge, lab, args.check)
     lab.timings[-1] = (*lab.timings[-1][:2], f"changed={result.changed}")

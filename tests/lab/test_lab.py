@@ -21,7 +21,6 @@ def lab():
     labmod.build_images(the_lab)
     labmod.start_fakepve(the_lab)
     labmod.start_containers(the_lab)
-    labmod.install_gpus(the_lab)
     labmod.install_standins(the_lab)
     yield the_lab
     labmod.cmd_down(None)
@@ -256,7 +255,6 @@ def test_a_fresh_lab_in_check_mode_shows_the_changes(lab):
     """Against machines that were never converged, --check lists the changes and makes none."""
     labmod.remove_containers(lab)
     labmod.start_containers(lab)
-    labmod.install_gpus(lab)
     labmod.install_standins(lab)
     planned = labmod.converge(lab, check=True)
     assert planned.changed > 0

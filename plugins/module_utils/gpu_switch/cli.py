@@ -15,7 +15,7 @@ import json
 import os
 import sys
 
-from .config import DEFAULT_PATH, Config, load_config
+from .config import DEFAULT_PATH, load_config
 from .errors import EXIT_STRANDED, EXIT_USAGE, ConfigError, GpuSwitchError
 from .switch import Outcome, Switcher, _reason
 
@@ -48,12 +48,6 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="stop the giving guest hard if it does not shut down")
     p.add_argument("--timeout", type=_seconds, metavar="SECONDS", help="guest shutdown timeout")
     return p
-
-
-def make_switcher(config: Config, **kwargs) -> Switcher:
-    """The Switcher for this host: its sysfs written by child processes, its own systemctl and modprobe
-    (tests hand in other writers and hosts through kwargs)."""
-    return Switcher(config, **kwargs)
 
 
 def run(command: str, switcher: Switcher, *, dry_run=False, force=False, timeout=None) -> Outcome:
@@ -118,7 +112,7 @@ def main(argv: list[str] | None = None, *, stdout=None, stderr=None, **switcher_
     switcher = None
     try:
         config = load_config(args.config or os.environ.get("GPU_SWITCH_CONFIG") or DEFAULT_PATH)
-        switcher = make_switcher(config, **switcher_kwargs)
+        switcher = Switcher(config, **switcher_kwargs)
         outcome = run(args.command, switcher, dry_run=args.dry_run, force=args.force, timeout=args.timeout)
     except GpuSwitchError as exc:
         outcome = failure(args.command, exc, switcher)

@@ -82,7 +82,8 @@ class GpuFs(fuse.Operations):
         return {key: getattr(st, key) for key in _STAT_KEYS}
 
     def readdir(self, path, fh):
-        return [".", "..", *(n for n in os.listdir(self._full(path)) if n != META and not n.startswith(".fake"))]
+        # Not the model's own files (.fakekernel.json and the like).
+        return [".", "..", *(n for n in os.listdir(self._full(path)) if not n.startswith(".fake"))]
 
     def readlink(self, path):
         return os.readlink(self._full(path))
@@ -111,11 +112,18 @@ class GpuFs(fuse.Operations):
         return len(data)
 
 
-def _bind(mount: str, stop: threading.Event) -> None:
-    """Once the filesystem answers, mount its subtrees where a real host has them."""
+def wait_mounted(mount: str, timeout: float = 10.0) -> None:
+    """Return once the filesystem at mount answers (for _bind, and for a caller that started main())."""
+    deadline = time.monotonic() + timeout
     while not os.path.ismount(mount):
-        if stop.wait(0.05):
-            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{mount} was not mounted within {timeout:g} s")
+        time.sleep(0.05)
+
+
+def _bind(mount: str) -> None:
+    """Once the filesystem answers, mount its subtrees where a real host has them."""
+    wait_mounted(mount, timeout=60)
     for rel, target in BINDS:
         subprocess.run(["mount", "--bind", os.path.join(mount, rel), target], check=True)
     print(f"gpu_fuse: bound {', '.join(t for _, t in BINDS)}", flush=True)
@@ -146,9 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     kernel = FakeKernel.open(sysfs, proc, dev)
     kernel.on_crash = _caller_dies
     os.makedirs(args.mount, exist_ok=True)
-    stop = threading.Event()
     if args.bind:
-        threading.Thread(target=_bind, args=(args.mount, stop), daemon=True).start()
+        threading.Thread(target=_bind, args=(args.mount,), daemon=True).start()
     try:
         fuse.FUSE(
             GpuFs(args.state, kernel),
@@ -161,19 +168,9 @@ def main(argv: list[str] | None = None) -> int:
             direct_io=True,
         )
     finally:
-        stop.set()
         if args.bind:
             _unbind()
     return 0
-
-
-def wait_mounted(mount: str, timeout: float = 10.0) -> None:
-    """For a caller that started main() in another process: return once the filesystem answers."""
-    deadline = time.monotonic() + timeout
-    while not os.path.ismount(mount):
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{mount} was not mounted within {timeout:g} s")
-        time.sleep(0.05)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -274,29 +274,26 @@ class FakeKernel:
 
     def write(self, path: str, value: str) -> None:
         """What the kernel does for a write of value to path (absolute, inside the sysfs root)."""
-        root = os.path.realpath(self.root)
-        real = os.path.realpath(path)
-        rel = os.path.relpath(real, root)
-        self._load()
-        if any(h == rel and v in (None, value.strip()) for h, v in self.meta["hang"]):
-            threading.Event().wait()  # as a write stuck in the kernel: the caller's timeout gives up on it
-        if self.meta.get("latency"):
-            time.sleep(self.meta["latency"])
+        rel = os.path.relpath(os.path.realpath(path), os.path.realpath(self.root))
+        value = value.strip()
         with self._lock:
             self._load()  # a test in another process may have changed the hung paths or the crash trigger
-            self.meta["writes"].append([rel, value.strip()])
+            hung = any(h == rel and v in (None, value) for h, v in self.meta["hang"])
+            latency = self.meta.get("latency")
+        if hung:
+            threading.Event().wait()  # as a write stuck in the kernel: the caller's timeout gives up on it
+        if latency:
+            time.sleep(latency)
+        with self._lock:
+            self.meta["writes"].append([rel, value])
+            crash = self.meta.get("crash_after_writes")
             try:
-                self._apply(rel, real, value.strip())
+                self._apply(rel, os.path.realpath(path), value)
+                if crash is not None:  # only a write the kernel answered counts
+                    self.meta["write_count"] = self.meta.get("write_count", 0) + 1
             finally:
                 self._save()
-            self._count()
-
-    def _count(self) -> None:
-        if self.meta.get("crash_after_writes") is None:
-            return
-        self.meta["write_count"] = self.meta.get("write_count", 0) + 1
-        self._save()
-        if self.meta["write_count"] >= self.meta["crash_after_writes"]:
+        if crash is not None and self.meta["write_count"] >= crash:
             self.on_crash()
 
     def _apply(self, rel: str, real: str, value: str) -> None:
