@@ -6,15 +6,12 @@ tree that prepare.yml built; one ansible-playbook run covers every case on every
 """
 
 import json
-import os
-import re
-import subprocess
 from pathlib import Path
 
 import pytest
+from molecule_play import instances, play
 
 SCENARIO = Path(__file__).resolve().parents[1]
-ROOT = SCENARIO.parents[1]
 
 
 # Cases for task files that change the instance, run with --check: on the converged instance the repository
@@ -27,24 +24,9 @@ CHECK_MODE_CASES = [
 
 
 def drive(request, out, *extra):
-    hosts = [h.split("://")[-1] for h in request.config.getoption("hosts").split(",") if h]
-    env = {**os.environ, "ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")}
-    # Molecule's inventory: the instances over SSH, as the converge reached them.
-    argv = [
-        "ansible-playbook",
-        "-i",
-        os.environ["MOLECULE_INVENTORY_FILE"],
-        "--limit",
-        ",".join(hosts),
-        "-e",
-        f"checks_out={out}",
-        *extra,
-        str(SCENARIO / "checks.yml"),
-    ]
-    proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
-    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
-    changed = re.findall(r"\bchanged=(\d+)", proc.stdout)
-    assert changed and set(changed) == {"0"}, "a check case changed the instance:\n" + proc.stdout[-3000:]
+    hosts = instances(request)
+    changed = play(SCENARIO / "checks.yml", hosts, "-e", f"checks_out={out}", *extra)
+    assert set(changed.values()) == {0}, f"a check case changed the instance: {changed}"
     return {h: json.loads((out / f"{h}.json").read_text()) for h in hosts}
 
 

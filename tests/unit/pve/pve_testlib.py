@@ -1,19 +1,14 @@
 """Helpers of the host-tier unit tests: load our Ansible modules, run them, build fake host trees."""
 
-import sys
 from pathlib import Path
 
 from module_runner import load_module, run_module
 
+from inferhost.sim import host_tree
+
 ROOT = Path(__file__).resolve().parents[3]
-FIXTURES = ROOT / "tests" / "fixtures" / "pve_host"
-if str(FIXTURES) not in sys.path:
-    sys.path.insert(0, str(FIXTURES))
 
-import fake_host  # noqa: E402
-import standin_repo  # noqa: E402
-
-__all__ = ["BRIDGE", "FIXTURES", "GPUS", "NIC", "ROOT", "fake_host", "load_module", "run_module", "standin_repo"]
+__all__ = ["BRIDGE", "GPUS", "NIC", "ROOT", "host_tree", "load_module", "run_module"]
 
 # The default fake host: two GPUs (one on nvidia, one on vfio-pci), a bridge in the first GPU's IOMMU
 # group (never foreign) and a NIC in a group of its own.

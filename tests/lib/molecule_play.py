@@ -1,0 +1,43 @@
+"""Playbook runs from a molecule scenario's verify step, on its converged instances, as the converge reached
+them (molecule's inventory, over SSH)."""
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import testinfra
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def instances(request) -> list[str]:
+    """The instances testinfra was given (molecule passes them as --hosts)."""
+    return [h.split("://")[-1] for h in request.config.getoption("hosts").split(",") if h]
+
+
+def machine(name: str):
+    """A testinfra host for an instance, for use outside the per-host fixtures."""
+    return testinfra.get_host(f"ansible://{name}?ansible_inventory={os.environ['MOLECULE_INVENTORY_FILE']}")
+
+
+def play(playbook: Path, hosts: list[str], *extra: str) -> dict[str, int]:
+    """Run the playbook on those instances; it must succeed. Returns each host's changed count."""
+    env = {**os.environ, "ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")}
+    inventory = os.environ["MOLECULE_INVENTORY_FILE"]
+    argv = ["ansible-playbook", "-i", inventory, "--limit", ",".join(hosts), *extra, str(playbook)]
+    proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+    return {h: int(n) for h, n in re.findall(r"^(\S+)\s+: ok=\d+\s+changed=(\d+)", proc.stdout, re.M)}
+
+
+def installed(host, *patterns: str) -> dict[str, tuple[str, str]]:
+    """{name: (dpkg's selection and state, e.g. "hi" when held, version)} of the installed packages matching."""
+    fmt = "${db:Status-Abbrev}${Package}=${Version}\\n"
+    out = host.run(" ".join(["dpkg-query", "--show", "--showformat", f"'{fmt}'", *(f"'{p}'" for p in patterns)]))
+    found = {}
+    for line in out.stdout.splitlines():
+        if line[1:2] == "i":
+            name, version = line[3:].split("=", 1)
+            found[name] = (line[:2], version)
+    return found

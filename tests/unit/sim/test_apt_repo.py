@@ -1,0 +1,78 @@
+"""The stand-in apt repository served in place of NVIDIA's: names, versions, pinning, signature."""
+
+import gzip
+import shutil
+import subprocess
+
+import pytest
+
+from inferhost.sim import apt_repo
+
+pytestmark = pytest.mark.skipif(
+    not (shutil.which("dpkg-deb") and shutil.which("gpg")), reason="needs dpkg-deb and gpg (Debian's dpkg, gnupg)"
+)
+
+HOST = ("nvidia-kernel-open-dkms", "nvidia-driver-cuda", "nvidia-persistenced", "nvidia-modprobe")
+GUEST = ("libnvidia-compute", "nvidia-utils", "nvidia-dkms-open", "nvidia-open")
+
+
+def _by_name(pkgs):
+    return {p["name"]: p for p in pkgs}
+
+
+def test_host_stand_ins_carry_nvidias_debian_names_and_versions():
+    pkgs = apt_repo.nvidia_packages(["590.48.01", "595.45.04"], ["6.8.12-9-pve"])
+    names = {(p["name"], p["version"]) for p in pkgs}
+    for version in ("590.48.01", "595.45.04"):
+        for name in HOST:
+            assert (name, f"{version}-1") in names
+        assert (f"nvidia-driver-pinning-{version}", f"{version}-1") in names
+    assert ("proxmox-headers-6.8.12-9-pve", "1.0-1") in names
+
+
+def test_guest_stand_ins_carry_nvidias_ubuntu_names_and_the_kernel_module_is_only_recommended():
+    pkgs = apt_repo.guest_packages(["590.48.01"])
+    by_name = _by_name(pkgs)
+    assert set(GUEST) <= set(by_name)
+    assert by_name["nvidia-utils"]["depends"] == "libnvidia-compute (= 590.48.01-1)"
+    assert by_name["nvidia-utils"]["recommends"] == "nvidia-dkms-open (= 590.48.01-1)"
+
+
+def test_every_pinning_package_excludes_the_others_and_ships_the_one_preferences_file():
+    pins = apt_repo.pinning_packages(["590.48.01", "590.44.01", "595.45.04"])
+    by_name = _by_name(pins)
+    # One per version, and one per branch at the branch's newest version.
+    assert by_name["nvidia-driver-pinning-590"]["version"] == "590.48.01-1"
+    assert by_name["nvidia-driver-pinning-595"]["version"] == "595.45.04-1"
+    assert "Pin: version 590.*" in by_name["nvidia-driver-pinning-590"]["files"][apt_repo.PIN_FILE]["content"]
+    for pin in pins:
+        assert pin["provides"] == pin["conflicts"] == pin["replaces"] == "nvidia-driver-pinning", pin["name"]
+        ((path, item),) = pin["files"].items()
+        # apt ignores preferences.d files with another extension than .pref (apt_preferences(5)).
+        assert path == apt_repo.PIN_FILE and path.endswith(".pref")
+        assert "Pin-Priority: 1000" in item["content"]
+    version_pin = by_name["nvidia-driver-pinning-595.45.04"]["files"][apt_repo.PIN_FILE]["content"]
+    assert "Pin: version 595.45.04-*" in version_pin
+
+
+def test_cuda_toolkits_register_the_cuda_alternative():
+    (toolkit,) = apt_repo.cuda_packages([{"short": "13.0", "full": "13.0.88", "priority": 130}])
+    assert toolkit["name"] == "cuda-toolkit-13-0" and toolkit["version"] == "13.0.88-1"
+    assert "update-alternatives --install /usr/local/cuda cuda /usr/local/cuda-13.0 130" in toolkit["postinst"]
+    assert "release 13.0, V13.0.88" in toolkit["files"]["/usr/local/cuda-13.0/bin/nvcc"]["content"]
+
+
+def test_the_repository_is_indexed_signed_and_built_once(tmp_path):
+    spec = {"nvidia": {"driver_versions": ["590.48.01"], "kernels": []}, "guest": {"driver_versions": ["590.48.01"]}}
+    out = tmp_path / "repo"
+    assert apt_repo.build(str(out), spec) is True
+    packages = gzip.decompress((out / "Packages.gz").read_bytes()).decode()
+    assert "Package: nvidia-modprobe\nVersion: 590.48.01-1" in packages
+    assert "Filename: ./nvidia-modprobe_590.48.01-1_amd64.deb" in packages
+    assert "Package: nvidia-utils\nVersion: 590.48.01-1" in packages
+    excludes = "Conflicts: nvidia-driver-pinning\nReplaces: nvidia-driver-pinning\nProvides: nvidia-driver-pinning"
+    assert excludes in packages
+    keyring = tmp_path / "key.gpg"
+    subprocess.run(["gpg", "--batch", "--yes", "--dearmor", "-o", str(keyring), str(out / "standin.asc")], check=True)
+    subprocess.run(["gpgv", "--keyring", str(keyring), str(out / "InRelease")], check=True, capture_output=True)
+    assert apt_repo.build(str(out), spec) is False, "same spec: nothing rebuilt"
