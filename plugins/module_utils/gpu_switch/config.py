@@ -1,4 +1,4 @@
-"""Configuration: YAML, validated strictly, with environment overrides for the roots.
+"""Configuration: YAML, validated strictly against one schema (SCHEMA), with environment overrides for the roots.
 
 ```yaml
 proxmox: {host: 127.0.0.1, port: 8006, user: root@pam, password_file: /etc/gpu-switch/password,
@@ -10,18 +10,20 @@ drivers: {host: nvidia, passthrough: vfio-pci}
 roots: {sysfs: /sys, proc: /proc, run: /run}
 ```
 
-Optional keys beyond that schema (all with defaults): ``proxmox.token_name`` (the secret is then read from
-``password_file``), ``proxmox.timeout`` (HTTP seconds), ``vm.hostpci_options``, ``roots.dev``,
-``roots.state`` (where the journal lives; it must survive a reboot), ``timeouts`` (``shutdown``, ``task``,
-``sysfs_write``, ``command``), ``persistenced_unit`` and ``parallel``.
-An unknown key is an error: a typo must not silently fall back to a default.
+SCHEMA below is the one description of the file: every key, its type, its default, whether it is required
+and what a valid value is. ``parse_config`` reads a file by it; the role writes the file from one mapping and
+has it checked by ``gpu-switch check-config`` before it is put in place; a unit test holds the role's argument
+spec to it. A null value means the default, except where a field says null is a value of its own
+(``persistenced_unit: null``: no daemon). An unknown key is an error: a typo must not silently fall back to a
+default.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from .errors import ConfigError
@@ -32,19 +34,15 @@ except ImportError:  # pragma: no cover - the role installs python3-yaml
     yaml = None
 
 DEFAULT_PATH = "/etc/gpu-switch/config.yml"
-ENV_ROOTS = {
-    "sysfs": "GPU_SWITCH_SYSFS_ROOT",
-    "proc": "GPU_SWITCH_PROC_ROOT",
-    "run": "GPU_SWITCH_RUN_ROOT",
-    "dev": "GPU_SWITCH_DEV_ROOT",
-    "state": "GPU_SWITCH_STATE_ROOT",
-}
+# The journal must survive a reboot, so it does not live in /run (a tmpfs) unless the run root was moved.
+DEFAULT_STATE = "/var/lib/gpu-switch"
 # A full PCI address, domain:bus:slot.function; a short bus:slot.function gets domain 0000.
 BDF = re.compile(r"^(?:([0-9a-f]{4}):)?([0-9a-f]{2}):([0-1][0-9a-f])\.([0-7])$")
 HEX_ID = re.compile(r"^0x[0-9a-f]{4}$")
 HEX_CLASS = re.compile(r"^0x[0-9a-f]{2,6}$")
 DRIVER = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 NODE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$")
+TOKEN = re.compile(r"^[A-Za-z][A-Za-z0-9._-]*$")
 UNIT = re.compile(r"^[A-Za-z0-9@_.:-]+\.service$")
 HOSTPCI_OPTION = re.compile(r"^(pcie|rombar|x-vga)=[01]$|^(romfile)=[A-Za-z0-9._-]+$|^(driver)=(vfio|keep)$")
 
@@ -57,17 +55,183 @@ def normalise_bdf(text: str) -> str | None:
     return f"{m.group(1) or '0000'}:{m.group(2)}:{m.group(3)}.{m.group(4)}"
 
 
+# --- the schema -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Field:
+    """One key of the file.
+
+    type: str, path (an absolute path), int, float (a positive number of seconds), bool or list (read by
+    parse; elements: the type of its items). choices: the values allowed, if only some are. check/what: a
+    test of the typed value and, for the message, what it expects ("'x' is not <what>"). nullable: null is a
+    value of its own, not the default. parse: reads the value itself, (value, fail) -> value, where
+    fail(message, suffix) names the key (plus suffix, such as "[2]"). env: an environment variable that,
+    when set, wins over the file (whose value is then not read).
+    """
+
+    type: str
+    default: Any = None
+    required: bool = False
+    choices: tuple[Any, ...] | None = None
+    check: Callable[[Any], Any] | None = None
+    what: str = ""
+    nullable: bool = False
+    parse: Callable[[Any, Callable[..., None]], Any] | None = None
+    elements: str | None = None
+    env: str | None = None
+
+
+@dataclass(frozen=True)
+class Section:
+    """A mapping of the file. Absent or null, it holds its fields' defaults; or it is None (optional)."""
+
+    fields: dict[str, Field | Section]
+    required: bool = False
+    optional: bool = False
+
+
+def _addresses(value, fail) -> tuple[str, ...]:
+    if not isinstance(value, list) or not value:
+        fail("must be a non-empty list of PCI addresses")
+    gpus: list[str] = []
+    for n, item in enumerate(value):
+        bdf = normalise_bdf(item) if isinstance(item, str) else None
+        if bdf is None:
+            fail(f"{item!r} is not a PCI address (DDDD:BB:SS.F)", f"[{n}]")
+        if bdf in gpus:
+            fail(f"{bdf} is listed twice", f"[{n}]")
+        gpus.append(bdf)
+    return tuple(gpus)
+
+
+def _classes(value, fail) -> tuple[str, ...]:
+    classes = [value] if isinstance(value, str) else value
+    if (
+        not isinstance(classes, list)
+        or not classes
+        or not all(isinstance(c, str) and HEX_CLASS.match(c.lower()) for c in classes)
+    ):
+        fail(f"{classes!r} is not a PCI class prefix such as 0x0300 (or a list of them)")
+    return tuple(c.lower() for c in classes)
+
+
+def _hostpci_options(value) -> bool:
+    return all(HOSTPCI_OPTION.match(o) for o in value.split(","))
+
+
+def _path(default: str | None = None, env: str | None = None) -> Field:
+    return Field("path", default, check=os.path.isabs, what="an absolute path", env=env)
+
+
+def _driver(default: str) -> Field:
+    return Field("str", default, check=DRIVER.match, what="a driver name")
+
+
+_VMID = Field("int", required=True, check=lambda v: 100 <= v <= 999_999_999, what="a vmid (>= 100)")
+
+SCHEMA = Section(
+    {
+        "proxmox": Section(
+            {
+                "host": Field("str", "127.0.0.1"),
+                "port": Field("int", 8006, check=lambda v: 0 < v < 65536, what="a TCP port"),
+                "user": Field(
+                    "str",
+                    "root@pam",
+                    check=lambda v: "@" in v and "!" not in v,
+                    what="a user@realm (put an API token's name in token_name)",
+                ),
+                "password_file": _path("/etc/gpu-switch/password"),
+                "token_name": Field("str", check=TOKEN.match, what="a token name"),
+                "verify_ssl": Field("bool", True),
+                "ca_file": _path(),
+                "node": Field("str", required=True, check=NODE.match, what="a node name"),
+                "timeout": Field("float", 30.0),
+            },
+            required=True,
+        ),
+        "container": Section({"vmid": _VMID}, required=True),
+        "vm": Section(
+            {
+                "vmid": _VMID,
+                "hostpci_options": Field(
+                    "str", "pcie=1", check=_hostpci_options, what="a list of pcie=, rombar=, x-vga=, romfile=, driver="
+                ),
+            },
+            required=True,
+        ),
+        "gpus": Field("list", elements="str", nullable=True, parse=_addresses),
+        "gpu_match": Section(
+            {
+                "vendor": Field("str", required=True, check=lambda v: HEX_ID.match(v.lower()), what="a 0xNNNN id"),
+                "class": Field("list", ("0x0300", "0x0302"), elements="str", nullable=True, parse=_classes),
+            },
+            optional=True,
+        ),
+        "drivers": Section({"host": _driver("nvidia"), "passthrough": _driver("vfio-pci")}),
+        # Moved by tests and the lab; state defaults to DEFAULT_STATE, or follows a moved run root.
+        "roots": Section(
+            {
+                "sysfs": _path("/sys", "GPU_SWITCH_SYSFS_ROOT"),
+                "proc": _path("/proc", "GPU_SWITCH_PROC_ROOT"),
+                "run": _path("/run", "GPU_SWITCH_RUN_ROOT"),
+                "dev": _path("/dev", "GPU_SWITCH_DEV_ROOT"),
+                "state": _path(None, "GPU_SWITCH_STATE_ROOT"),
+            }
+        ),
+        "timeouts": Section(
+            {
+                "shutdown": Field("float", 120.0),  # a guest's clean shutdown
+                "task": Field("float", 600.0),  # any other Proxmox task (a VM with much memory starts slowly)
+                "sysfs_write": Field("float", 15.0),  # one write to sysfs; longer means the kernel is stuck
+                "command": Field("float", 60.0),  # systemctl, modprobe, nvidia-modprobe
+            }
+        ),
+        "persistenced_unit": Field(
+            "str",
+            "nvidia-persistenced.service",
+            nullable=True,
+            check=UNIT.match,
+            what="a systemd service name (or null to leave the daemon alone)",
+        ),
+        "parallel": Field("bool", False),
+    }
+)
+
+# What each type accepts, and the message for anything else.
+_NON_EMPTY = (lambda v: isinstance(v, str) and v != "", "must be a non-empty string")
+TYPES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "bool": (lambda v: isinstance(v, bool), "must be true or false"),
+    "int": (lambda v: isinstance(v, int) and not isinstance(v, bool), "must be an integer"),
+    "float": (
+        lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0,
+        "must be a positive number",
+    ),
+    "str": _NON_EMPTY,
+    "path": _NON_EMPTY,
+}
+
+
+# --- the values the rest of the package reads -----------------------------------------------------------
+
+
+_PROXMOX = SCHEMA.fields["proxmox"].fields
+
+
 @dataclass(frozen=True)
 class ProxmoxConfig:
+    """The API login (the defaults are the schema's: code that talks to an API may build one directly)."""
+
     node: str
-    host: str = "127.0.0.1"
-    port: int = 8006
-    user: str = "root@pam"
-    password_file: str = "/etc/gpu-switch/password"
-    token_name: str | None = None
-    verify_ssl: bool = True
-    ca_file: str | None = None
-    timeout: float = 30.0
+    host: str = _PROXMOX["host"].default
+    port: int = _PROXMOX["port"].default
+    user: str = _PROXMOX["user"].default
+    password_file: str = _PROXMOX["password_file"].default
+    token_name: str | None = _PROXMOX["token_name"].default
+    verify_ssl: bool = _PROXMOX["verify_ssl"].default
+    ca_file: str | None = _PROXMOX["ca_file"].default
+    timeout: float = _PROXMOX["timeout"].default
 
     @property
     def identity(self) -> str:
@@ -82,19 +246,19 @@ class ProxmoxConfig:
 
 @dataclass(frozen=True)
 class Timeouts:
-    shutdown: float = 120.0  # a guest's clean shutdown
-    task: float = 600.0  # any other Proxmox task (a VM with much memory starts slowly)
-    sysfs_write: float = 15.0  # one write to sysfs; longer means the kernel is stuck
-    command: float = 60.0  # systemctl, modprobe, nvidia-modprobe
+    shutdown: float
+    task: float
+    sysfs_write: float
+    command: float
 
 
 @dataclass(frozen=True)
 class Roots:
-    sysfs: str = "/sys"
-    proc: str = "/proc"
-    run: str = "/run"
-    dev: str = "/dev"
-    state: str = "/var/lib/gpu-switch"
+    sysfs: str
+    proc: str
+    run: str
+    dev: str
+    state: str
 
 
 @dataclass(frozen=True)
@@ -102,16 +266,16 @@ class Config:
     proxmox: ProxmoxConfig
     container_vmid: int
     vm_vmid: int
-    gpus: tuple[str, ...] = ()
-    gpu_match: dict[str, Any] | None = None
-    host_driver: str = "nvidia"
-    passthrough_driver: str = "vfio-pci"
-    roots: Roots = field(default_factory=Roots)
-    timeouts: Timeouts = field(default_factory=Timeouts)
-    hostpci_options: str = "pcie=1"
-    persistenced_unit: str | None = "nvidia-persistenced.service"
-    parallel: bool = False
-    path: str = DEFAULT_PATH
+    gpus: tuple[str, ...]
+    gpu_match: dict[str, Any] | None
+    host_driver: str
+    passthrough_driver: str
+    roots: Roots
+    timeouts: Timeouts
+    hostpci_options: str
+    persistenced_unit: str | None
+    parallel: bool
+    path: str
 
     @property
     def lock_path(self) -> str:
@@ -122,201 +286,114 @@ class Config:
         return os.path.join(self.roots.state, "journal.json")
 
 
-class _Reader:
-    """Typed access to one mapping of the YAML, with errors that name the key."""
+# --- reading ----------------------------------------------------------------------------------------
 
-    def __init__(self, source: str, data: Any, where: str, allowed: tuple[str, ...]):
-        self.source, self.where = source, where
+
+def _join(where: str, key: str | None) -> str:
+    return f"{where}.{key}" if key and where else key or where
+
+
+class _Reader:
+    """One mapping of the YAML, read by its section of the schema, with errors that name the key."""
+
+    def __init__(self, source: str, data: Any, where: str, section: Section, environ):
+        self.source, self.where, self.environ = source, where, environ
         if not isinstance(data, dict):
             self.fail(f"must be a mapping, not {type(data).__name__}")
-        unknown = sorted(set(map(str, data)) - set(allowed))
+        unknown = sorted(set(map(str, data)) - set(section.fields))
         if unknown:
-            self.fail(f"unknown key {unknown[0]!r} (known: {', '.join(allowed)})")
-        self.data = data
+            self.fail(f"unknown key {unknown[0]!r} (known: {', '.join(section.fields)})")
+        self.data, self.section = data, section
 
     def fail(self, message: str, key: str | None = None):
-        where = f"{self.where}.{key}" if key and self.where else key or self.where
+        where = _join(self.where, key)
         raise ConfigError(f"config {self.source}: {where + ': ' if where else ''}{message}")
 
-    def get(self, key, kind, default=None, *, required=False, check=None, what=None):
-        if key not in self.data or self.data[key] is None:
-            if required:
+    def read(self) -> dict[str, Any]:
+        values: dict[str, Any] = {}
+        for key, spec in self.section.fields.items():
+            values[key] = self.field(key, spec) if isinstance(spec, Field) else self.subsection(key, spec)
+        return values
+
+    def subsection(self, key: str, spec: Section) -> dict[str, Any] | None:
+        data = self.data.get(key)
+        if data is None:
+            if spec.required:
                 self.fail("is required", key)
-            return default
-        value = self.data[key]
-        if kind is bool:
-            if not isinstance(value, bool):
-                self.fail(f"must be true or false, not {value!r}", key)
-        elif kind is int:
-            if isinstance(value, bool) or not isinstance(value, int):
-                self.fail(f"must be an integer, not {value!r}", key)
-        elif kind is float:
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-                self.fail(f"must be a positive number, not {value!r}", key)
-            value = float(value)
-        elif kind is str and (not isinstance(value, str) or not value):
-            self.fail(f"must be a non-empty string, not {value!r}", key)
-        if check is not None and not check(value):
-            self.fail(f"{value!r} is not {what}", key)
-        return value
+            if spec.optional:
+                return None
+            data = {}
+        return _Reader(self.source, data, _join(self.where, key), spec, self.environ).read()
 
+    def field(self, key: str, spec: Field) -> Any:
+        if spec.env and self.environ.get(spec.env):
+            value = self.environ[spec.env]
+            if spec.check is not None and not spec.check(value):
+                raise ConfigError(f"environment {spec.env}: {value!r} is not {spec.what}")
+            return value
+        value = self.data.get(key)
+        if value is None and not (spec.nullable and key in self.data):
+            if spec.required:
+                self.fail("is required", key)
+            return spec.default
 
-def _vmid(reader: _Reader) -> int:
-    return reader.get("vmid", int, required=True, check=lambda v: 100 <= v <= 999_999_999, what="a vmid (>= 100)")
+        def fail(message: str, suffix: str = ""):
+            self.fail(message, key + suffix)
 
-
-def _proxmox(source: str, top: _Reader) -> ProxmoxConfig:
-    px = _Reader(
-        source,
-        top.get("proxmox", dict, required=True),
-        "proxmox",
-        ("host", "port", "user", "password_file", "token_name", "verify_ssl", "ca_file", "node", "timeout"),
-    )
-    proxmox = ProxmoxConfig(
-        node=px.get("node", str, required=True, check=NODE.match, what="a node name"),
-        host=px.get("host", str, "127.0.0.1"),
-        port=px.get("port", int, 8006, check=lambda v: 0 < v < 65536, what="a TCP port"),
-        user=px.get(
-            "user",
-            str,
-            "root@pam",
-            check=lambda v: "@" in v and "!" not in v,
-            what="a user@realm (put an API token's name in token_name)",
-        ),
-        password_file=px.get(
-            "password_file", str, "/etc/gpu-switch/password", check=os.path.isabs, what="an absolute path"
-        ),
-        token_name=px.get(
-            "token_name", str, None, check=re.compile(r"^[A-Za-z][A-Za-z0-9._-]*$").match, what="a token name"
-        ),
-        verify_ssl=px.get("verify_ssl", bool, True),
-        ca_file=px.get("ca_file", str, None, check=os.path.isabs, what="an absolute path"),
-        timeout=px.get("timeout", float, 30.0),
-    )
-    if proxmox.ca_file and not proxmox.verify_ssl:
-        px.fail("ca_file is set but verify_ssl is false: the CA would be ignored", "verify_ssl")
-    return proxmox
-
-
-def _gpus(source: str, top: _Reader) -> tuple[list[str], dict | None]:
-    if "gpus" in top.data and "gpu_match" in top.data:
-        top.fail("give either gpus or gpu_match, not both", "gpus")
-    if "gpu_match" in top.data:
-        gm = _Reader(source, top.data["gpu_match"], "gpu_match", ("vendor", "class"))
-        vendor = gm.get("vendor", str, required=True, check=lambda v: HEX_ID.match(v.lower()), what="a 0xNNNN id")
-        classes = gm.data.get("class", ["0x0300", "0x0302"])
-        classes = [classes] if isinstance(classes, str) else classes
-        if (
-            not isinstance(classes, list)
-            or not classes
-            or not all(isinstance(c, str) and HEX_CLASS.match(c.lower()) for c in classes)
-        ):
-            gm.fail(f"{classes!r} is not a PCI class prefix such as 0x0300 (or a list of them)", "class")
-        return [], {"vendor": vendor.lower(), "class": [c.lower() for c in classes]}
-    if "gpus" not in top.data:
-        top.fail("name the GPUs with gpus (PCI addresses) or gpu_match (vendor and class)", "gpus")
-    raw = top.data["gpus"]
-    if not isinstance(raw, list) or not raw:
-        top.fail("must be a non-empty list of PCI addresses", "gpus")
-    gpus: list[str] = []
-    for n, item in enumerate(raw):
-        bdf = normalise_bdf(item) if isinstance(item, str) else None
-        if bdf is None:
-            top.fail(f"{item!r} is not a PCI address (DDDD:BB:SS.F)", f"gpus[{n}]")
-        if bdf in gpus:
-            top.fail(f"{bdf} is listed twice", f"gpus[{n}]")
-        gpus.append(bdf)
-    return gpus, None
-
-
-def _roots(source: str, top: _Reader, environ) -> Roots:
-    rt = _Reader(source, top.get("roots", dict, {}), "roots", ("sysfs", "proc", "run", "dev", "state"))
-    values = {}
-    for key, env in ENV_ROOTS.items():
-        value = environ.get(env) or rt.get(key, str, None, check=os.path.isabs, what="an absolute path")
-        if value is not None and not os.path.isabs(value):
-            raise ConfigError(f"environment {env}: {value!r} is not an absolute path")
-        values[key] = value
-    defaults = Roots()
-    run = values["run"] or defaults.run
-    # The journal must survive a reboot, so it does not live in /run (a tmpfs) unless the run root was
-    # moved (tests, the lab): then it follows the run root, and nothing is written outside it.
-    state = values["state"] or (defaults.state if run == defaults.run else os.path.join(run, "gpu-switch"))
-    return Roots(
-        sysfs=values["sysfs"] or defaults.sysfs,
-        proc=values["proc"] or defaults.proc,
-        run=run,
-        dev=values["dev"] or defaults.dev,
-        state=state,
-    )
+        if spec.parse is not None:
+            return spec.parse(value, fail)
+        if value is None:  # a nullable field's own null
+            return None
+        accepts, words = TYPES[spec.type]
+        if not accepts(value):
+            fail(f"{words}, not {value!r}")
+        if spec.choices is not None and value not in spec.choices:
+            fail(f"must be one of {', '.join(map(str, spec.choices))}, not {value!r}")
+        if spec.check is not None and not spec.check(value):
+            fail(f"{value!r} is not {spec.what}")
+        return float(value) if spec.type == "float" else value
 
 
 def parse_config(data: Any, source: str = DEFAULT_PATH, environ: dict[str, str] | None = None) -> Config:
     """A Config from the parsed YAML; ConfigError (exit 2) with a one-line reason if anything is wrong."""
     environ = os.environ if environ is None else environ
-    top = _Reader(
-        source,
-        data if data is not None else {},
-        "",
-        (
-            "proxmox",
-            "container",
-            "vm",
-            "gpus",
-            "gpu_match",
-            "drivers",
-            "roots",
-            "timeouts",
-            "persistenced_unit",
-            "parallel",
-        ),
-    )
-    proxmox = _proxmox(source, top)
-    ct = _Reader(source, top.get("container", dict, required=True), "container", ("vmid",))
-    vm = _Reader(source, top.get("vm", dict, required=True), "vm", ("vmid", "hostpci_options"))
-    container_vmid, vm_vmid = _vmid(ct), _vmid(vm)
-    if container_vmid == vm_vmid:
-        top.fail(f"container and vm have the same vmid {vm_vmid}", "vm.vmid")
-    hostpci_options = vm.get(
-        "hostpci_options",
-        str,
-        "pcie=1",
-        check=lambda v: all(HOSTPCI_OPTION.match(o) for o in v.split(",")),
-        what="a list of pcie=, rombar=, x-vga=, romfile=, driver=",
-    )
-    gpus, gpu_match = _gpus(source, top)
+    data = {} if data is None else data
+    top = _Reader(source, data, "", SCHEMA, environ)
+    if "gpus" in data and "gpu_match" in data:
+        top.fail("give either gpus or gpu_match, not both", "gpus")
+    values = top.read()
 
-    dr = _Reader(source, top.get("drivers", dict, {}), "drivers", ("host", "passthrough"))
-    host_driver = dr.get("host", str, "nvidia", check=DRIVER.match, what="a driver name")
-    passthrough = dr.get("passthrough", str, "vfio-pci", check=DRIVER.match, what="a driver name")
-    if host_driver == passthrough:
-        dr.fail("host and passthrough drivers must differ", "passthrough")
+    # What no single field can say.
+    proxmox, drivers = values["proxmox"], values["drivers"]
+    if proxmox["ca_file"] and not proxmox["verify_ssl"]:
+        top.fail("ca_file is set but verify_ssl is false: the CA would be ignored", "proxmox.verify_ssl")
+    if values["container"]["vmid"] == values["vm"]["vmid"]:
+        top.fail(f"container and vm have the same vmid {values['vm']['vmid']}", "vm.vmid")
+    if values["gpus"] is None and values["gpu_match"] is None:
+        top.fail("name the GPUs with gpus (PCI addresses) or gpu_match (vendor and class)", "gpus")
+    if drivers["host"] == drivers["passthrough"]:
+        top.fail("host and passthrough drivers must differ", "drivers.passthrough")
 
-    to = _Reader(source, top.get("timeouts", dict, {}), "timeouts", ("shutdown", "task", "sysfs_write", "command"))
-    timeouts = Timeouts(
-        shutdown=to.get("shutdown", float, 120.0),
-        task=to.get("task", float, 600.0),
-        sysfs_write=to.get("sysfs_write", float, 15.0),
-        command=to.get("command", float, 60.0),
-    )
-
-    unit = top.data.get("persistenced_unit", "nvidia-persistenced.service")
-    if unit is not None and (not isinstance(unit, str) or not UNIT.match(unit)):
-        top.fail(f"{unit!r} is not a systemd service name (or null to leave the daemon alone)", "persistenced_unit")
-
+    roots = values["roots"]
+    # The journal must survive a reboot, so it does not live in /run (a tmpfs) unless the run root was
+    # moved (tests, the lab): then it follows the run root, and nothing is written outside it.
+    if roots["state"] is None:
+        moved = roots["run"] != SCHEMA.fields["roots"].fields["run"].default
+        roots["state"] = os.path.join(roots["run"], "gpu-switch") if moved else DEFAULT_STATE
+    match = values["gpu_match"]
     return Config(
-        proxmox=proxmox,
-        container_vmid=container_vmid,
-        vm_vmid=vm_vmid,
-        gpus=tuple(gpus),
-        gpu_match=gpu_match,
-        host_driver=host_driver,
-        passthrough_driver=passthrough,
-        roots=_roots(source, top, environ),
-        timeouts=timeouts,
-        hostpci_options=hostpci_options,
-        persistenced_unit=unit,
-        parallel=top.get("parallel", bool, False),
+        proxmox=ProxmoxConfig(**proxmox),
+        container_vmid=values["container"]["vmid"],
+        vm_vmid=values["vm"]["vmid"],
+        gpus=values["gpus"] or (),
+        gpu_match=None if match is None else {"vendor": match["vendor"].lower(), "class": list(match["class"])},
+        host_driver=drivers["host"],
+        passthrough_driver=drivers["passthrough"],
+        roots=Roots(**roots),
+        timeouts=Timeouts(**values["timeouts"]),
+        hostpci_options=values["vm"]["hostpci_options"],
+        persistenced_unit=values["persistenced_unit"],
+        parallel=values["parallel"],
         path=source,
     )
 

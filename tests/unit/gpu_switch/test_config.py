@@ -1,4 +1,4 @@
-"""Configuration: the documented schema (docs/gpu-switch.md), strict validation, env overrides, exit 2 on errors."""
+"""Configuration: the schema (config.py, docs/gpu-switch.md), strict validation, env overrides, exit 2 on errors."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import io
 
 import pytest
 from gpu_switch import cli
-from gpu_switch.config import load_config, parse_config, read_secret
+from gpu_switch.config import SCHEMA, Field, Section, _Reader, load_config, parse_config, read_secret
 from gpu_switch.errors import EXIT_USAGE, ConfigError
 
 BASE = {
@@ -154,3 +154,29 @@ def test_cli_usage_errors_exit_2(capsys):
     with pytest.raises(SystemExit) as exc:
         cli.main(["to-vm", "--timeout", "soon"])
     assert exc.value.code == EXIT_USAGE
+
+
+def test_a_file_that_spells_out_every_default_reads_as_one_that_gives_none():
+    def defaults(section):
+        out = {}
+        for key, entry in section.fields.items():
+            if isinstance(entry, Section):
+                if not entry.optional:
+                    out[key] = defaults(entry)
+            elif entry.default is not None:
+                out[key] = list(entry.default) if isinstance(entry.default, tuple) else entry.default
+        return out
+
+    minimal = {"proxmox": {"node": "pve1"}, "container": {"vmid": 101}, "vm": {"vmid": 201}, "gpus": ["01:00.0"]}
+    full = defaults(SCHEMA)
+    for key, value in minimal.items():
+        full[key] = {**full[key], **value} if isinstance(value, dict) else value
+    assert parse_config(full, environ={}) == parse_config(minimal, environ={})
+
+
+def test_a_field_with_choices_takes_only_those():
+    section = Section({"mode": Field("str", "fast", choices=("fast", "safe"))})
+    assert _Reader("c.yml", {}, "", section, {}).read() == {"mode": "fast"}
+    assert _Reader("c.yml", {"mode": "safe"}, "", section, {}).read() == {"mode": "safe"}
+    with pytest.raises(ConfigError, match=r"^config c.yml: mode: must be one of fast, safe, not 'slow'$"):
+        _Reader("c.yml", {"mode": "slow"}, "", section, {}).read()
