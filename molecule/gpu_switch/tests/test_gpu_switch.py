@@ -27,7 +27,13 @@ def test_the_package_and_the_command_are_installed(host):
     assert host.file("/usr/local/lib/inferhost/gpu_switch/switch.py").exists
     command = host.file("/usr/local/sbin/gpu-switch")
     assert command.mode == 0o755
-    assert "{status,to-vm,to-ct,recover}" in host.check_output("/usr/local/sbin/gpu-switch --help")
+    assert "{status,to-vm,to-ct,recover,check-config}" in host.check_output("/usr/local/sbin/gpu-switch --help")
+
+
+def test_the_configuration_passes_check_config_and_a_bad_one_is_refused(host):
+    assert host.run(f"/usr/local/sbin/gpu-switch check-config {CONFIG}").rc == 0
+    bad = host.run("printf 'proxmox: {node: pve1}\\n' | /usr/local/sbin/gpu-switch check-config /dev/stdin")
+    assert bad.rc == 2 and bad.stderr.strip() == "gpu-switch: config /dev/stdin: container: is required"
 
 
 def test_status_without_an_api_reports_the_gpus_and_the_reason(host):

@@ -1,6 +1,10 @@
 """The gpu-switch command.
 
 gpu-switch [--config FILE] [--json] status | to-vm | to-ct | recover [--dry-run] [--force] [--timeout SECONDS]
+gpu-switch [--json] check-config [FILE]
+
+check-config reads FILE (default: the configuration the other commands read) by the schema and touches
+nothing else: the role validates the file it writes with it before it is put in place.
 
 Exit 0: done, or nothing to do. 1: the move failed (or was refused) and the GPUs are where they were.
 2: bad configuration or usage. 3: the move failed and could not be fully rolled back. Every failure ends
@@ -19,7 +23,7 @@ from .config import DEFAULT_PATH, load_config
 from .errors import EXIT_STRANDED, EXIT_USAGE, ConfigError, GpuSwitchError
 from .switch import Outcome, Switcher, _reason
 
-COMMANDS = ("status", "to-vm", "to-ct", "recover")
+COMMANDS = ("status", "to-vm", "to-ct", "recover", "check-config")
 
 
 def _seconds(text: str) -> float:
@@ -39,7 +43,8 @@ def parser() -> argparse.ArgumentParser:
         epilog="Exit codes: 0 done or nothing to do; 1 failed and rolled back (or refused); "
         "2 bad configuration or usage; 3 failed and not fully rolled back.",
     )
-    p.add_argument("command", choices=COMMANDS, help="status, to-vm, to-ct or recover")
+    p.add_argument("command", choices=COMMANDS, help="status, to-vm, to-ct, recover or check-config")
+    p.add_argument("file", nargs="?", metavar="FILE", help="check-config: the file to check (default: as --config)")
     p.add_argument(
         "--config", metavar="FILE", help=f"configuration file (default {DEFAULT_PATH}, or $GPU_SWITCH_CONFIG)"
     )
@@ -105,15 +110,31 @@ def render(result: dict) -> str:
     return "\n".join(lines)
 
 
+def check_config(path: str) -> Outcome:
+    """Read the file by the schema, as the command would but for the environment's roots (the file alone)."""
+    result = {"command": "check-config", "config": path, "changed": False}
+    try:
+        load_config(path, environ={})
+    except ConfigError as exc:
+        return Outcome({**result, "valid": False, "error": exc.reason}, exc.exit_code, exc.reason)
+    return Outcome({**result, "valid": True})
+
+
 def main(argv: list[str] | None = None, *, stdout=None, stderr=None, **switcher_kwargs) -> int:
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr
-    args = parser().parse_args(argv)
+    p = parser()
+    args = p.parse_args(argv)
+    if args.file and args.command != "check-config":
+        p.error(f"FILE is for check-config only; {args.command} reads --config FILE")
+    path = args.config or os.environ.get("GPU_SWITCH_CONFIG") or DEFAULT_PATH
     switcher = None
     try:
-        config = load_config(args.config or os.environ.get("GPU_SWITCH_CONFIG") or DEFAULT_PATH)
-        switcher = Switcher(config, **switcher_kwargs)
-        outcome = run(args.command, switcher, dry_run=args.dry_run, force=args.force, timeout=args.timeout)
+        if args.command == "check-config":
+            outcome = check_config(args.file or path)
+        else:
+            switcher = Switcher(load_config(path), **switcher_kwargs)
+            outcome = run(args.command, switcher, dry_run=args.dry_run, force=args.force, timeout=args.timeout)
     except GpuSwitchError as exc:
         outcome = failure(args.command, exc, switcher)
     except Exception as exc:  # noqa: BLE001 - the contract: every failure ends with a one-line reason
@@ -125,6 +146,9 @@ def main(argv: list[str] | None = None, *, stdout=None, stderr=None, **switcher_
     if args.json:
         json.dump(outcome.result, stdout, sort_keys=True)
         stdout.write("\n")
+    elif args.command == "check-config":
+        if outcome.result.get("valid"):
+            stdout.write(f"{outcome.result['config']}: valid\n")
     else:
         stdout.write(render(outcome.result) + "\n")
     stdout.flush()

@@ -1,10 +1,13 @@
-"""Configuration: the schema (config.py, docs/gpu-switch.md), strict validation, env overrides, exit 2 on errors."""
+"""Configuration: the schema (config.py, docs/gpu-switch.md), strict validation, env overrides, exit 2 on errors, and
+`gpu-switch check-config FILE`."""
 
 from __future__ import annotations
 
 import io
+import json
 
 import pytest
+import yaml
 from gpu_switch import cli
 from gpu_switch.config import SCHEMA, Field, Section, _Reader, load_config, parse_config, read_secret
 from gpu_switch.errors import EXIT_USAGE, ConfigError
@@ -180,3 +183,78 @@ def test_a_field_with_choices_takes_only_those():
     assert _Reader("c.yml", {"mode": "safe"}, "", section, {}).read() == {"mode": "safe"}
     with pytest.raises(ConfigError, match=r"^config c.yml: mode: must be one of fast, safe, not 'slow'$"):
         _Reader("c.yml", {"mode": "slow"}, "", section, {}).read()
+
+
+# --- gpu-switch check-config FILE: the role's validate ------------------------------------------------------
+
+
+def check(*argv):
+    out, err = io.StringIO(), io.StringIO()
+    code = cli.main(list(argv), stdout=out, stderr=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def config_file(tmp_path, content, name="config.yml"):
+    path = tmp_path / name
+    path.write_text(content if isinstance(content, str) else yaml.safe_dump(content))
+    return str(path)
+
+
+def test_check_config_accepts_a_valid_file_and_reads_nothing_else(tmp_path, monkeypatch):
+    path = config_file(tmp_path, BASE)
+
+    def no_switcher(*args, **kwargs):
+        raise AssertionError("check-config built a Switcher")
+
+    monkeypatch.setattr(cli, "Switcher", no_switcher)
+    monkeypatch.setenv("GPU_SWITCH_RUN_ROOT", "relative")  # the file alone is checked, not the environment
+    assert check("check-config", path) == (0, f"{path}: valid\n", "")
+    code, out, err = check("--json", "check-config", path)
+    assert (code, err) == (0, "")
+    assert json.loads(out) == {"command": "check-config", "config": path, "valid": True, "changed": False}
+
+
+BAD_FILES = [
+    ("required-key-missing", with_("proxmox.node", KeyError), "proxmox.node: is required"),
+    ("unknown-key", with_("vm.colour", "red"), "vm: unknown key 'colour' (known: vmid, hostpci_options)"),
+    ("wrong-type", with_("container.vmid", "101"), "container.vmid: must be an integer, not '101'"),
+    ("value-refused", with_("proxmox.port", 70000), "proxmox.port: 70000 is not a TCP port"),
+    ("list-item-refused", with_("gpus", ["0000:01:00.0", "1:0.0"]), "gpus[1]: '1:0.0' is not a PCI address"),
+    ("section-not-a-mapping", with_("timeouts", [30]), "timeouts: must be a mapping, not list"),
+    ("null-not-a-value", with_("gpus", None), "gpus: must be a non-empty list of PCI addresses"),
+    ("fields-disagree", with_("drivers.passthrough", "nvidia"), "drivers.passthrough: host and passthrough drivers"),
+    ("empty-file", "", "proxmox: is required"),
+    ("not-yaml", "proxmox: {node: [\n", "not valid YAML (line 2)"),
+    ("not-a-mapping", "- proxmox\n", "must be a mapping, not list"),
+]
+
+
+@pytest.mark.parametrize(("content", "message"), [b[1:] for b in BAD_FILES], ids=[b[0] for b in BAD_FILES])
+def test_check_config_refuses_each_kind_of_bad_file_in_one_line_naming_the_file_and_the_field(
+    tmp_path, content, message
+):
+    path = config_file(tmp_path, content)
+    code, out, err = check("check-config", path)
+    assert (code, out) == (EXIT_USAGE, "")
+    assert len(err.splitlines()) == 1 and err.startswith(f"gpu-switch: config {path}: ") and message in err
+    code, out, _ = check("--json", "check-config", path)
+    result = json.loads(out)
+    assert code == EXIT_USAGE and result["valid"] is False and message in result["error"]
+
+
+def test_check_config_without_a_file_checks_the_one_the_command_reads(tmp_path, monkeypatch):
+    path = config_file(tmp_path, with_("vm.vmid", 101))
+    assert check("--config", path, "check-config")[2].startswith(f"gpu-switch: config {path}: vm.vmid: ")
+    monkeypatch.setenv("GPU_SWITCH_CONFIG", path)
+    assert check("check-config")[0] == EXIT_USAGE
+    assert (
+        check("check-config", str(tmp_path / "none.yml"))[2]
+        == f"gpu-switch: config {tmp_path}/none.yml: no such file\n"
+    )
+
+
+def test_a_file_argument_belongs_to_check_config_only(capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["status", "/etc/gpu-switch/config.yml"])
+    assert exc.value.code == EXIT_USAGE
+    assert "FILE is for check-config only" in capsys.readouterr().err
