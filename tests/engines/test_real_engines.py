@@ -7,7 +7,7 @@ registries run). Then the role's own module, inference_engine_check, asks each e
 * bad variants of them, each refused with its message: a misspelt flag, a flag the pinned release does not
   have, an architecture it does not know.
 
-The stand-in engines of the lab and molecule (tests/standin/standin_engine.py) must stay what the real ones
+The stand-in engines of the lab and molecule (src/inferhost/sim/engine/standin_engine.py) must stay what the real ones
 are: their recordings must equal a fresh recording from the real release, and they must give the same verdict
 on every command line asked here.
 """
@@ -24,6 +24,8 @@ import pytest
 import yaml
 from module_runner import load_module, run_module
 
+from inferhost.sim import ENGINE_DIR
+
 pytestmark = pytest.mark.engines
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,7 +38,7 @@ CHECKPOINTS = {  # the example's model paths -> the config.json fixtures of the 
     "/srv/models/Kimi-K2.5": "Kimi-K2.5",
     "/srv/models/MiniMax-M2.5": "MiniMax-M2.5",
 }
-sys.path.insert(0, str(ROOT / "tests" / "standin"))
+sys.path.insert(0, str(ENGINE_DIR))
 import standin_engine  # noqa: E402
 from inference import command  # noqa: E402
 
@@ -134,12 +136,12 @@ def verdicts(environments, tmp_path_factory):
 
 def test_the_example_pins_are_the_stand_ins_recordings():
     for engine, version in PINS.items():
-        assert standin_engine.load(engine)["version"] == version, f"re-record tests/standin/engines/{engine}.json"
+        assert standin_engine.load(engine)["version"] == version, f"re-record {ENGINE_DIR / 'engines' / engine}.json"
 
 
 @pytest.mark.parametrize("engine", sorted(PINS))
 def test_the_stand_in_recording_equals_the_real_release(environments, engine):
-    recorder = [str(environments[engine] / "bin" / "python"), str(ROOT / "tests/standin/standin_engine.py")]
+    recorder = [str(environments[engine] / "bin" / "python"), str(ENGINE_DIR / "standin_engine.py")]
     fresh = json.loads(subprocess.run([*recorder, "record", engine], capture_output=True, text=True, check=True).stdout)
     recorded = standin_engine.load(engine)
     assert fresh["arguments"] == recorded["arguments"]

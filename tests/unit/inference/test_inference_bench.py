@@ -10,7 +10,9 @@ import yaml
 from inference_refdata import MODELS, REFERENCE, ROOT
 from localhost import free_port, wait_listening
 
-STANDIN = ROOT / "tests/standin/openai_standin.py"
+from inferhost.sim import ENGINE_DIR
+
+STANDIN = ENGINE_DIR / "openai_standin.py"
 CLIENT = ROOT / "scripts/inference-bench.py"
 REPORT = ROOT / "scripts/inference-bench-report.py"
 

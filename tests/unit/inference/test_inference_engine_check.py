@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from module_runner import load_module, run_module
 
+from inferhost.sim import ENGINE_DIR
+
 ROOT = Path(__file__).resolve().parents[3]
-STANDIN = ROOT / "tests" / "standin" / "standin_engine.py"
-RECORDED = {
-    e: json.loads((ROOT / f"tests/standin/engines/{e}.json").read_text())["version"] for e in ("vllm", "sglang")
-}
+STANDIN = ENGINE_DIR / "standin_engine.py"
+RECORDED = {e: json.loads((ENGINE_DIR / "engines" / f"{e}.json").read_text())["version"] for e in ("vllm", "sglang")}
 
 
 @pytest.fixture(scope="module")

@@ -7,12 +7,13 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 from inference_refdata import ROLE
 
-STANDIN = Path(__file__).resolve().parents[2] / "standin" / "openai_standin.py"
+from inferhost.sim import ENGINE_DIR
+
+STANDIN = ENGINE_DIR / "openai_standin.py"
 
 
 def load_guard():

@@ -10,11 +10,13 @@ import urllib.error
 import urllib.request
 
 import pytest
-from inference_refdata import ROLE, ROOT
+from inference_refdata import ROLE
 from localhost import free_port
 
+from inferhost.sim import ENGINE_DIR
+
 LAUNCHER = ROLE / "files/inferhost-sglang-launch"
-STANDIN = ROOT / "tests/standin/openai_standin.py"
+STANDIN = ENGINE_DIR / "openai_standin.py"
 KEY = "s3cret-k3y"
 
 # A stand-in "sglang.launch_server" that reports what it was given, and logs its arguments the way SGLang

@@ -9,9 +9,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from inference_refdata import MODELS, REFERENCE, ROLE, ROOT
+from inference_refdata import MODELS, REFERENCE, ROLE
 from localhost import free_port, wait_listening
 from module_runner import load_module, run_module
+
+from inferhost.sim import ENGINE_DIR
 
 PLAN = load_module("inference_service_plan")
 EDIT = load_module("inference_checkpoint_edit")
@@ -199,7 +201,7 @@ def served(tmp_path):
     port = free_port()
     secret = tmp_path / "s.secret.env"
     secret.write_text('# managed\nINFERHOST_API_KEY="k\\"ey"\n')
-    argv = [sys.executable, str(ROOT / "tests/standin/openai_standin.py"), "serve", "/m/Probed", "--port", str(port)]
+    argv = [sys.executable, str(ENGINE_DIR / "openai_standin.py"), "serve", "/m/Probed", "--port", str(port)]
     proc = subprocess.Popen([*argv, "--api-key", 'k"ey', "--load-delay", "1"], stdout=subprocess.DEVNULL)
     wait_listening(port)
     yield f"http://127.0.0.1:{port}", secret

@@ -11,7 +11,9 @@ import pytest
 from inference_refdata import MODELS, REFERENCE, ROOT
 from localhost import free_port, wait_listening
 
-STANDIN = ROOT / "tests/standin/openai_standin.py"
+from inferhost.sim import ENGINE_DIR
+
+STANDIN = ENGINE_DIR / "openai_standin.py"
 KEY = "pl4ybook-key"
 # The ansible-playbook of this interpreter's environment, also when that is not on PATH (make test).
 PLAYBOOK = shutil.which("ansible-playbook", path=os.path.dirname(sys.executable)) or "ansible-playbook"

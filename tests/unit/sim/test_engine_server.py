@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 from localhost import free_port, wait_listening
 
-SERVER = Path(__file__).resolve().parents[2] / "standin" / "openai_standin.py"
+from inferhost.sim import ENGINE_DIR
+
+SERVER = ENGINE_DIR / "openai_standin.py"
 
 
 class Standin:

@@ -3,7 +3,7 @@
 # playbooks/validate.yml against this machine's real driver, CUDA and NCCL, with the reference NCCL
 # settings of inventory/example applied by the nccl_tuning role, and the stand-in server as the service.
 #
-#   tests/standin/validate-local.sh OUTDIR        (VALIDATE_CHECKS=nccl,smoke for a subset)
+#   tests/gpu/validate-local.sh OUTDIR        (VALIDATE_CHECKS=nccl,smoke for a subset)
 #
 # The service environment is the one python3 belongs to (it has torch); the NCCL hook and files the role
 # writes are removed again at the end. Variables named in KEEP_ENV (for example NCCL_NVLS_ENABLE) are
@@ -31,7 +31,7 @@ printf '{"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "n
   >"$work/models/Standin-H200/config.json"
 printf 'INFERHOST_API_KEY="%s"\n' "$key" >"$work/secrets/standin.secret.env"
 
-"$py" tests/standin/openai_standin.py serve "$work/models/Standin-H200" --port "$port" --api-key "$key" \
+"$py" src/inferhost/sim/engine/openai_standin.py serve "$work/models/Standin-H200" --port "$port" --api-key "$key" \
   --load-delay 1 >"$out/standin.log" 2>&1 &
 standin=$!
 trap 'kill $standin 2>/dev/null; apply_nccl -e nccl_tuning_state=absent || true; rm -rf "$work"' EXIT

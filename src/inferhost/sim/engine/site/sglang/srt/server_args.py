@@ -1,4 +1,4 @@
-"""The stand-in SGLang's server arguments: the real release's, recorded (tests/standin/standin_engine.py)."""
+"""The stand-in SGLang's server arguments: the real release's, recorded (src/inferhost/sim/engine/standin_engine.py)."""
 
 import standin_engine
 
