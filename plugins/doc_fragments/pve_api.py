@@ -45,6 +45,10 @@ options:
     description: Seconds an API call may take (proxmoxer's own default, 5, is too short for a loaded host).
     type: int
     default: 30
+notes:
+  - The login and every read are repeated on network errors (five attempts, backing off); a write lost on the network
+    is repeated only after a read shows that it did not happen. A missing O(ca_path) file and a failed TLS verification
+    fail at once, naming the option.
 requirements:
   - proxmoxer >= 2.0
 """

@@ -1,26 +1,127 @@
-"""Connecting to the Proxmox VE API through proxmoxer, and saying what a refusal means.
+"""The Proxmox VE API client, on proxmoxer: login, TLS and its errors, retries, task waiting.
 
-Shared by our Ansible modules: one argument spec for the connection (credentials with ``no_log`` and an
-environment fallback), one way to connect (TLS verified by default, a timeout above proxmoxer's 5 s), and
-one translation of PVE's errors into messages that say what to do, above all for the settings PVE keeps
-for ``root@pam`` (a container's ``devN``, a VM's raw ``hostpciN``).
+Everything of ours that talks to the API goes through it: the Ansible modules (``pve_guest_gpu_config``,
+``pve_api_login``) as ``ansible.module_utils.pve_api``; gpu-switch (``gpu_switch/pve.py``), which imports it
+from beside its package (the ``gpu_switch`` role installs this file next to it on the host); the lab and the
+tests. It imports nothing from Ansible, and proxmoxer and requests only where they are installed: a module
+reports a missing proxmoxer itself (``HAS_PROXMOXER``), the client as an ApiError.
+
+- Login: a password (PVE hands out a ticket) or an API token over HTTPS, or ``pvesh`` on the node as root
+  (``local``). PVE lets only ``root@pam`` set a container's ``devN`` and a VM's raw ``hostpciN``, and a token
+  is never ``root@pam``: ``explain`` says so when PVE refuses.
+- TLS: verified unless switched off, against a CA file or the system CAs. A missing CA file and a failed
+  verification are not a flaky network: no retry, and the message names the setting to fix.
+- Retries: the login and every read are repeated on network errors only, backing off. A config write is
+  repeated only after a read shows it did not happen, a power action only after the guest's status shows it
+  did not (the digest still guards a repeated write against other writers).
+- Tasks: waited for with our own deadline by polling their status (proxmoxer's blocking wait returns None
+  when it gives up, which must never pass for success); any exit status other than OK is a failure.
+- Every HTTP request has a timeout (default 30 s; proxmoxer's own 5 s is too short on a loaded host).
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
+try:
+    import requests
+except ImportError:  # pragma: no cover - proxmoxer depends on it
+    requests = None
 try:
     from proxmoxer import ProxmoxAPI, ResourceException
 
     HAS_PROXMOXER = True
     PROXMOXER_ERROR = None
-except ImportError as exc:  # the module reports it through missing_required_lib
+except ImportError as exc:  # pragma: no cover - hosts get python3-proxmoxer from the roles
     ProxmoxAPI = ResourceException = None
     HAS_PROXMOXER = False
     PROXMOXER_ERROR = exc
 
+KINDS = {"lxc": "CT", "qemu": "VM"}
 ROOT_ONLY = re.compile(r"only (allowed )?for root@pam|only root can|root@pam only", re.I)
+
+
+def label(kind: str, vmid: int) -> str:
+    """A guest as messages name it: CT 101, VM 201."""
+    return f"{KINDS[kind]} {vmid}"
+
+
+class ApiError(Exception):
+    """The API refused a request or could not be reached. reason: what failed and why; status: the HTTP status
+    of a refusal; text (set by the client): PVE's or the network's own words, without what was being done."""
+
+    def __init__(self, reason: str, status: int | None = None):
+        super().__init__(reason)
+        self.reason, self.status = reason, status
+
+
+class TaskFailed(ApiError):
+    """A task ended with an exit status other than OK, or did not end in time."""
+
+    def __init__(self, reason: str, upid: str | None = None, exitstatus: str | None = None):
+        super().__init__(reason)
+        self.upid, self.exitstatus = upid, exitstatus
+
+
+@dataclass(frozen=True)
+class Login:
+    """Where the API is and who logs in: secret is the password, or the token's secret when token_name is set.
+
+    ca_setting names the setting that ca_file comes from, as the messages about it say it.
+    """
+
+    host: str = "127.0.0.1"
+    port: int = 8006
+    user: str = "root@pam"
+    secret: str | None = field(default=None, repr=False)
+    token_name: str | None = None
+    verify_ssl: bool = True
+    ca_file: str | None = None
+    timeout: float = 30.0
+    backend: str = "https"
+    ca_setting: str = "ca_file"
+
+    @classmethod
+    def from_params(cls, params: dict) -> Login:
+        """The login that a module's connection options (connection_spec) describe. A CA file is used even when
+        validate_certs is off: naming one asks for verification."""
+        token = params.get("api_token_id")
+        return cls(
+            host=params["api_host"],
+            port=params["api_port"],
+            user=params["api_user"],
+            secret=params.get("api_token_secret") if token else params.get("api_password"),
+            token_name=token,
+            verify_ssl=bool(params["validate_certs"] or params.get("ca_path")),
+            ca_file=params.get("ca_path"),
+            timeout=params["api_timeout"],
+            backend=params["api_backend"],
+            ca_setting="ca_path",
+        )
+
+    @property
+    def identity(self) -> str:
+        """The user, or user!token."""
+        return f"{self.user}!{self.token_name}" if self.token_name else self.user
+
+    @property
+    def who(self) -> str:
+        """How the API sees us: root@pam, the API token root@pam!name, or pvesh as root."""
+        if self.backend == "local":
+            return "pvesh on the node (root@pam)"
+        if self.token_name:
+            return f"the API token {self.identity}"
+        return self.user
+
+    @property
+    def verify(self) -> bool | str:
+        """proxmoxer's verify_ssl: the CA file, True for the system CAs, or False."""
+        return (self.ca_file or True) if self.verify_ssl else False
 
 
 def connection_spec(env_fallback):
@@ -39,36 +140,12 @@ def connection_spec(env_fallback):
     )
 
 
-def who(params):
-    """How the API sees us: root@pam, root@pam!token, or pvesh as root."""
-    if params["api_backend"] == "local":
-        return "pvesh on the node (root@pam)"
-    if params.get("api_token_id"):
-        return f"the API token {params['api_user']}!{params['api_token_id']}"
-    return params["api_user"]
-
-
-def connect(params):
-    """A ProxmoxAPI for the parameters; raises what proxmoxer raises."""
-    if params["api_backend"] == "local":
-        return ProxmoxAPI(backend="local", service="PVE")
-    verify = params.get("ca_path") or params["validate_certs"]
-    kwargs = dict(
-        port=params["api_port"],
-        user=params["api_user"],
-        verify_ssl=verify,
-        timeout=params["api_timeout"],
-        service="PVE",
-    )
-    if params.get("api_token_id"):
-        kwargs.update(token_name=params["api_token_id"], token_value=params["api_token_secret"])
-    else:
-        kwargs["password"] = params["api_password"]
-    return ProxmoxAPI(params["api_host"], backend="https", **kwargs)
-
-
-def error_text(exc):
-    """PVE's own words from a ResourceException (message plus per-field errors) or any other exception."""
+def error_text(exc: BaseException) -> str:
+    """PVE's own words for a failure: a refusal's message, reason and per-field errors, or the exception's text.
+    For the client's ApiError, the words it kept from what it caught (without what it was doing)."""
+    text = getattr(exc, "text", None)
+    if text is not None:
+        return text
     if ResourceException is not None and isinstance(exc, ResourceException):
         parts = [str(exc.status_message or "").strip(), str(exc.content or "").strip()]
         errors = getattr(exc, "errors", None)
@@ -78,11 +155,12 @@ def error_text(exc):
     return str(exc)
 
 
-def status_code(exc):
-    return getattr(exc, "status_code", None)
+def status_code(exc: BaseException) -> int | None:
+    """The HTTP status of a refusal (proxmoxer's status_code, the client's status), or None."""
+    return getattr(exc, "status_code", None) or getattr(exc, "status", None)
 
 
-def explain(exc, params, what, setting="this setting"):
+def explain(exc: BaseException, login: Login, what: str, setting: str = "this setting") -> str:
     """A message for a failed call: PVE's words, and for root@pam-only settings why and what to do instead.
 
     setting names what PVE keeps for root@pam, for example "a container's devN entries".
@@ -91,12 +169,274 @@ def explain(exc, params, what, setting="this setting"):
     if status_code(exc) == 403 and ROOT_ONLY.search(text):
         token = (
             " An API token acts as root@pam!<name>, never as root@pam, even without privilege separation."
-            if params.get("api_token_id")
+            if login.token_name
             else ""
         )
         return (
             f"{what}: PVE refused it ({text}). PVE lets only root@pam set {setting}, and the call came from "
-            f"{who(params)}.{token} Use api_user root@pam with api_password (keep it in Ansible Vault), or run "
+            f"{login.who}.{token} Use api_user root@pam with api_password (keep it in Ansible Vault), or run "
             f"the module on the node with api_backend: local (pvesh as root)."
         )
     return f"{what}: {text}"
+
+
+def _network_errors() -> tuple[type[BaseException], ...]:
+    errors: list[type[BaseException]] = [ConnectionError, TimeoutError]
+    if requests is not None:
+        errors.append(requests.exceptions.RequestException)
+    return tuple(errors)
+
+
+def _describe(exc: BaseException) -> str:
+    """The first line of an exception's text (its type when it has none), at most 300 characters."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return text[:300]
+
+
+class Client:
+    """The API for one node, logged in on first use. Raises api_error and task_failed (ApiError and TaskFailed
+    here; a caller with its own error classes of the same signatures sets them in a subclass).
+
+    Seams: factory builds the proxmoxer object instead of a login (tests pass a stand-in); clock and sleep
+    measure and pass the time of retries and task waits; attempts bounds the retries; poll is the longest
+    pause between two reads of a task's status.
+    """
+
+    api_error: type[ApiError] = ApiError
+    task_failed: type[TaskFailed] = TaskFailed
+
+    def __init__(
+        self,
+        login: Login,
+        node: str | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+        attempts: int = 5,
+        factory: Callable | None = None,
+        poll: float = 1.0,
+    ):
+        self.login, self.node = login, node
+        self.clock, self.sleep, self.attempts, self.poll = clock, sleep, attempts, poll
+        self._factory = factory
+        self._api = None
+        self._network = _network_errors()
+
+    # ------------------------------------------------------------ plumbing
+
+    def connect(self):
+        """A new proxmoxer object (which logs in over HTTPS at once). Raises what proxmoxer raises, or api_error
+        when proxmoxer or the CA file is missing."""
+        if self._factory is not None:
+            return self._factory()
+        if ProxmoxAPI is None:  # pragma: no cover
+            raise self._failure("the Python proxmoxer module is missing (apt install python3-proxmoxer)")
+        login = self.login
+        if login.backend == "local":
+            return ProxmoxAPI(backend="local", service="PVE")
+        if login.verify_ssl and login.ca_file and not os.path.isfile(login.ca_file):
+            raise self._failure(
+                f"{login.ca_setting} {login.ca_file} does not exist: point it at the CA of the API certificate "
+                "(PVE's own: /etc/pve/pve-root-ca.pem), or leave it empty for the system CAs"
+            )
+        auth = (
+            {"token_name": login.token_name, "token_value": login.secret}
+            if login.token_name
+            else {"password": login.secret}
+        )
+        return ProxmoxAPI(
+            login.host,
+            port=login.port,
+            user=login.user,
+            verify_ssl=login.verify,
+            timeout=login.timeout,
+            service="PVE",
+            **auth,
+        )
+
+    def log_in(self):
+        """The proxmoxer object, logging in first if not yet done (retried on network errors)."""
+        if self._api is None:
+            self._api = self._retry("log in", self.connect)
+        return self._api
+
+    @property
+    def api(self):
+        return self.log_in()
+
+    def _failure(self, reason: str, status: int | None = None, text: str | None = None) -> ApiError:
+        error = self.api_error(reason, status)
+        error.text = reason if text is None else text
+        return error
+
+    def _error(self, what: str, exc: BaseException) -> ApiError:
+        """A failure that is not the network's: PVE's refusal (with its HTTP status), a refused login, or other."""
+        status = getattr(exc, "status_code", None)
+        content = getattr(exc, "content", None) or getattr(exc, "status_message", None)
+        if status is not None:
+            reason = f"{what}: {content or _describe(exc)} (HTTP {status})"
+        elif type(exc).__name__ == "AuthenticationError":
+            reason = f"{what}: Proxmox refused the login of {self.login.identity}"
+        else:
+            reason = f"{what}: {_describe(exc)}"
+        return self._failure(reason, status, error_text(exc))
+
+    def _unreachable(self, what: str, exc: BaseException, detail: str) -> ApiError:
+        text = f"{detail} ({_describe(exc)})"
+        return self._failure(f"{what}: {text}", text=text)
+
+    def _tls_error(self, what: str, exc: BaseException) -> ApiError | None:
+        """A certificate problem is not a flaky network: no retry, and say what to fix."""
+        if requests is not None and isinstance(exc, requests.exceptions.SSLError):
+            login = self.login
+            where = f"the CA in {login.ca_file}" if login.ca_file else f"the system CAs (set {login.ca_setting})"
+            return self._unreachable(what, exc, f"TLS verification of {login.host}:{login.port} against {where} failed")
+        return None
+
+    def _retry(self, what: str, fn: Callable):
+        """Call fn, retrying on network errors only (for reads, which are safe to repeat)."""
+        delay = 0.5
+        for attempt in range(self.attempts):
+            try:
+                return fn()
+            except self._network as exc:
+                tls = self._tls_error(what, exc)
+                if tls:
+                    raise tls from None
+                if attempt + 1 == self.attempts:
+                    where = f"{self.login.host}:{self.login.port}"
+                    detail = f"Proxmox API at {where} unreachable after {self.attempts} attempts"
+                    raise self._unreachable(what, exc, detail) from None
+                self.sleep(delay)
+                delay = min(delay * 2, 5.0)
+            except (ApiError, self.api_error):
+                raise
+            except Exception as exc:  # noqa: BLE001 - proxmoxer raises ResourceException and others
+                raise self._error(what, exc) from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _guest(self, kind: str, vmid: int):
+        return getattr(self.api.nodes(self.node), kind)(vmid)
+
+    # --------------------------------------------------------------- reads
+
+    def version(self) -> dict:
+        return dict(self._retry("read the API version", self.api.version.get) or {})
+
+    def resources(self, kind: str) -> list[dict]:
+        """The cluster's resources of one type (vm: every guest, with its type and node)."""
+        what = f"list the cluster's {kind} resources"
+        return list(self._retry(what, lambda: self.api.cluster.resources.get(type=kind)) or [])
+
+    def status(self, kind: str, vmid: int) -> str:
+        data = self._retry(f"read the status of {label(kind, vmid)}", self._guest(kind, vmid).status.current.get)
+        return str((data or {}).get("status", "unknown"))
+
+    def config(self, kind: str, vmid: int) -> dict:
+        return dict(self._retry(f"read the config of {label(kind, vmid)}", self._guest(kind, vmid).config.get) or {})
+
+    def pending(self, kind: str, vmid: int) -> list[dict]:
+        """The guest's config as rows of key, value, pending value and delete flag (GET .../pending)."""
+        return list(
+            self._retry(f"read the pending changes of {label(kind, vmid)}", self._guest(kind, vmid).pending.get) or []
+        )
+
+    def storage(self, storage: str) -> dict:
+        return dict(self._retry(f"read storage {storage}", self.api.storage(storage).get) or {})
+
+    def set_storage_content(self, storage: str, content: str, digest: str | None = None) -> None:
+        data = {"content": content, **({"digest": digest} if digest else {})}
+        try:
+            self.api.storage(storage).put(**data)
+        except Exception as exc:  # noqa: BLE001
+            raise self._error(f"allow snippets on storage {storage}", exc) from None
+
+    def task_status(self, upid: str) -> dict:
+        return dict(self._retry(f"read task {upid}", self.api.nodes(self.node).tasks(upid).status.get) or {})
+
+    # -------------------------------------------------------------- writes
+
+    def set_config(
+        self, kind: str, vmid: int, values: dict, delete: list[str] | None = None, digest: str | None = None
+    ) -> None:
+        """PUT the config (synchronous for both kinds). After a network error the config is read again: if the
+        change is there, done; if not, the PUT is repeated (the digest still guards against other writers)."""
+        data = dict(values)
+        if delete:
+            data["delete"] = ",".join(delete)
+        if digest:
+            data["digest"] = digest
+        what = f"update the config of {label(kind, vmid)}"
+        for attempt in range(self.attempts):
+            try:
+                self._guest(kind, vmid).config.put(**data)
+                return
+            except self._network as exc:
+                tls = self._tls_error(what, exc)
+                if tls:
+                    raise tls from None
+                now = self.config(kind, vmid)
+                applied = all(str(now.get(k)) == str(v) for k, v in values.items())
+                if applied and not any(k in now for k in delete or []):
+                    return
+                if attempt + 1 == self.attempts:
+                    raise self._unreachable(what, exc, "Proxmox API unreachable") from None
+                self.sleep(min(0.5 * 2**attempt, 5.0))
+            except Exception as exc:  # noqa: BLE001
+                raise self._error(what, exc) from None
+
+    def post(self, kind: str, vmid: int, action: str, **params) -> str:
+        """POST status/<action>; returns the task's UPID. Network errors propagate as they are."""
+        what = f"{action} {label(kind, vmid)}"
+        try:
+            upid = getattr(self._guest(kind, vmid).status, action).post(**params)
+        except self._network:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            raise self._error(what, exc) from None
+        if not isinstance(upid, str) or not upid.startswith("UPID:"):
+            raise self._failure(f"{what}: Proxmox answered {upid!r} instead of a task id")
+        return upid
+
+    def wait(self, upid: str, timeout: float, what: str) -> dict:
+        """Wait for the task to stop; task_failed if it does not within timeout or ends other than OK."""
+        deadline = self.clock() + timeout
+        delay = min(self.poll, 0.2)
+        while True:
+            status = self.task_status(upid)
+            if status.get("status") == "stopped":
+                exitstatus = status.get("exitstatus")
+                if exitstatus != "OK":
+                    raise self.task_failed(f"{what}: task failed: {exitstatus or 'no exit status'}", upid, exitstatus)
+                return status
+            if self.clock() >= deadline:
+                self.cancel(upid)
+                raise self.task_failed(
+                    f"{what}: task still running after {timeout:g} s (asked Proxmox to stop it)", upid, None
+                )
+            self.sleep(delay)
+            delay = min(delay * 2, self.poll)
+
+    def cancel(self, upid: str) -> None:
+        """Best effort: stop a task we no longer wait for (DELETE /nodes/{node}/tasks/{upid})."""
+        with contextlib.suppress(Exception):
+            self.api.nodes(self.node).tasks(upid).delete()
+
+    def act(self, kind: str, vmid: int, action: str, want: str, wait_timeout: float, **params) -> None:
+        """Run a power action and wait for it; after a network error, look before trying again."""
+        what = f"{action} {label(kind, vmid)}"
+        for attempt in range(self.attempts):
+            try:
+                upid = self.post(kind, vmid, action, **params)
+            except self._network as exc:
+                tls = self._tls_error(what, exc)
+                if tls:
+                    raise tls from None
+                if self.status(kind, vmid) == want:
+                    return
+                if attempt + 1 == self.attempts:
+                    raise self._unreachable(what, exc, "Proxmox API unreachable") from None
+                self.sleep(min(0.5 * 2**attempt, 5.0))
+                continue
+            self.wait(upid, wait_timeout, what)
+            return

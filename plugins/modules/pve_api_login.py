@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from ansible.module_utils.basic import AnsibleModule, env_fallback, missing_required_lib
-from ansible.module_utils.pve_api import HAS_PROXMOXER, PROXMOXER_ERROR, connect, connection_spec, error_text, who
+from ansible.module_utils.pve_api import HAS_PROXMOXER, PROXMOXER_ERROR, Client, Login, connection_spec, error_text
 
 DOCUMENTATION = r"""
 module: pve_api_login
@@ -55,14 +55,15 @@ def main():
         module.exit_json(changed=False, version="")
     if not HAS_PROXMOXER:
         module.fail_json(msg=missing_required_lib("proxmoxer"), exception=str(PROXMOXER_ERROR))
-    where = f"https://{p['api_host']}:{p['api_port']}"
+    login = Login.from_params(p)
+    where = f"https://{login.host}:{login.port}"
     if not (p["api_password"] or p["api_token_id"]):
-        module.fail_json(msg=f"{p['variable']} is empty: {who(p)} cannot log in to the Proxmox API at {where}.")
+        module.fail_json(msg=f"{p['variable']} is empty: {login.who} cannot log in to the Proxmox API at {where}.")
     try:
-        version = connect(p).version.get() or {}
+        version = Client(login).version()
     except Exception as exc:  # noqa: BLE001 - any failed login becomes the message
         module.fail_json(
-            msg=f"{p['variable']}: {who(p)} could not log in to the Proxmox API at {where} ({error_text(exc)}). "
+            msg=f"{p['variable']}: {login.who} could not log in to the Proxmox API at {where} ({error_text(exc)}). "
             f"Nothing was stored or changed with it. Set the right password in the inventory variable it comes from "
             f"({p['variable']}; in inventory/example, vault_proxmox_password in the vault file) and run again."
         )

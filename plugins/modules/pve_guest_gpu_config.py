@@ -14,7 +14,16 @@ from ansible.module_utils.gpu_switch.entries import (
     parse_dev,
     parse_hostpci,
 )
-from ansible.module_utils.pve_api import HAS_PROXMOXER, PROXMOXER_ERROR, connect, connection_spec, explain, who
+from ansible.module_utils.pve_api import (
+    HAS_PROXMOXER,
+    PROXMOXER_ERROR,
+    Client,
+    Login,
+    connection_spec,
+    error_text,
+    explain,
+    status_code,
+)
 from ansible.module_utils.pve_guest_config import apply, config_text, covers, dev_value, hostpci_value, plan
 
 DOCUMENTATION = r"""
@@ -204,7 +213,9 @@ def module_args():
 
 
 class GuestGpuConfig:
-    """Read, plan, write: the API calls sit in get_config/put_config/guest_type so tests can watch them."""
+    """Read, plan, write: the API calls sit in get_config/put_config/get_pending/guest_type so tests can watch
+    them. api is the shared client (module_utils/pve_api.py): reads retried on network errors, the write
+    repeated only after a read shows it did not happen."""
 
     def __init__(self, module, api=None):
         self.module = module
@@ -216,17 +227,14 @@ class GuestGpuConfig:
         prefix = f"{self.p['context']}: " if self.p["context"] else ""
         self.module.fail_json(msg=prefix + msg, **kw)
 
-    def guest(self):
-        return getattr(self.api.nodes(self.p["node"]), self.p["type"])(self.p["vmid"])
-
     def get_config(self):
-        return self.guest().config.get()
+        return self.api.config(self.p["type"], self.p["vmid"])
 
-    def put_config(self, data):
-        return self.guest().config.put(**data)
+    def put_config(self, updates, deletes, digest):
+        self.api.set_config(self.p["type"], self.p["vmid"], updates, delete=deletes, digest=digest)
 
     def get_pending(self):
-        return self.guest().pending.get()
+        return self.api.pending(self.p["type"], self.p["vmid"])
 
     def effective(self):
         """(config as the guest's next start will use it, keys still pending): pending values applied.
@@ -251,7 +259,7 @@ class GuestGpuConfig:
 
     def guest_type(self):
         """('lxc'|'qemu', node) of the vmid anywhere in the cluster, or (None, None)."""
-        for row in self.api.cluster.resources.get(type="vm"):
+        for row in self.api.resources("vm"):
             if int(row.get("vmid", -1)) == self.p["vmid"]:
                 return row.get("type"), row.get("node")
         return None, None
@@ -315,8 +323,7 @@ class GuestGpuConfig:
         try:
             return self.effective()
         except Exception as exc:  # noqa: BLE001 - every API failure becomes a message
-            text = str(getattr(exc, "content", "") or exc)
-            if "does not exist" in text or getattr(exc, "status_code", None) in (404, 500):
+            if "does not exist" in error_text(exc) or status_code(exc) in (404, 500):
                 kind, node = self.guest_type()
                 if kind and kind != self.p["type"]:
                     noun = {"lxc": "a container", "qemu": "a VM"}
@@ -328,7 +335,7 @@ class GuestGpuConfig:
                     self.fail(f"vmid {self.p['vmid']} is on node {node}, not {self.p['node']}")
                 if not kind:
                     self.fail(f"vmid {self.p['vmid']} does not exist in the cluster")
-            self.fail(explain(exc, self.p, f"reading the config of {self.where}"))
+            self.fail(explain(exc, self.api.login, f"reading the config of {self.where}"))
 
     def check_machine(self, config, wanted):
         if self.p["type"] != "qemu":
@@ -364,16 +371,13 @@ class GuestGpuConfig:
             ),
         )
         if changed and not self.module.check_mode:
-            data = dict(updates, digest=config.get("digest"))
-            if deletes:
-                data["delete"] = ",".join(deletes)
-            data = {k: v for k, v in data.items() if v is not None}
             setting = "a container's devN entries" if kind == "dev" else "a VM's raw hostpciN entries"
+            what = f"writing {', '.join(sorted(updates) + deletes)} of {self.where}"
             try:
-                self.put_config(data)
+                self.put_config(updates, deletes, config.get("digest"))
             except Exception as exc:  # noqa: BLE001 - every API failure becomes a message
                 self.fail(
-                    explain(exc, self.p, f"writing {', '.join(sorted(updates) + deletes)} of {self.where}", setting),
+                    explain(exc, self.api.login, what, setting),
                     updates=updates,
                     deleted=deletes,
                 )
@@ -410,16 +414,17 @@ def main():
             "api_token_secret) is needed to log in to the PVE API over https; devN and raw hostpciN "
             "need root@pam with its password, or api_backend: local on the node"
         )
-    runner = GuestGpuConfig(module)
+    login = Login.from_params(p)
+    runner = GuestGpuConfig(module, Client(login, p["node"]))
     wanted = runner.wanted()  # every entry is validated before the first API call
     try:
-        runner.api = connect(p)
+        runner.api.log_in()
     except Exception as exc:  # noqa: BLE001 - login failures become a message
         # The role's variable is named: the password comes from the inventory through it.
         module.fail_json(
-            msg=f"pve_guest_gpu_api_password: could not log in to the PVE API at {p['api_host']}:{p['api_port']} as "
-            f"{who(p)}: {exc}. Nothing was changed; set the right password in the inventory (in inventory/example, "
-            "vault_proxmox_password in the vault file)."
+            msg=f"pve_guest_gpu_api_password: could not log in to the PVE API at {login.host}:{login.port} as "
+            f"{login.who}: {error_text(exc)}. Nothing was changed; set the right password in the inventory (in "
+            "inventory/example, vault_proxmox_password in the vault file)."
         )
     module.exit_json(**runner.run(wanted))
 
