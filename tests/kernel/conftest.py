@@ -134,6 +134,14 @@ class KernelVM:
         proc = self.ssh(f"tar -C {shlex.quote(dest)} -x", stdin=tar.stdout)
         assert proc.returncode == 0, proc.stderr.decode()
 
+    def put_gpu_switch(self, dest: str) -> None:
+        """gpu-switch's code as the gpu_switch role installs it in its library directory: the gpu_switch package,
+        and beside it the Proxmox API client it imports (plugins/module_utils/pve_api.py)."""
+        utils = ROOT / "plugins" / "module_utils"
+        self.put_tree(utils / "gpu_switch", dest)
+        proc = self.ssh(f"cat > {shlex.quote(dest)}/pve_api.py", stdin=(utils / "pve_api.py").read_bytes())
+        assert proc.returncode == 0, proc.stderr.decode()
+
     def boot_id(self) -> str:
         return self.check("cat /proc/sys/kernel/random/boot_id").strip()
 

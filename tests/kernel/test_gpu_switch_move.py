@@ -2,8 +2,9 @@
 sysfs and /proc, with fakepve serving the Proxmox API inside the machine on 127.0.0.1.
 
 The "GPU" is the e1000 (one function, its own IOMMU group); its host driver is e1000 instead of nvidia.
-The machine gets gpu_switch as it is in the repository and the pure-Python packages it and fakepve need,
-copied from this environment (the machine's Python is the same minor version).
+The machine gets gpu_switch and the Proxmox API client beside it as they are in the repository, and the
+pure-Python packages they and fakepve need, copied from this environment (the machine's Python is the same
+minor version).
 """
 
 from __future__ import annotations
@@ -21,10 +22,9 @@ import yaml
 from fakepve.certs import make_cert
 from packaging.requirements import Requirement
 
-from .conftest import ROOT, KernelVM
+from .conftest import KernelVM
 
 pytestmark = pytest.mark.kernel
-PKG = ROOT / "plugins" / "module_utils" / "gpu_switch"
 LIB = "/opt/inferhost"
 SITE = f"{LIB}/site"
 CT, VM = 101, 201
@@ -96,7 +96,7 @@ def host(vm, tmp_path_factory):
     """The machine as a Proxmox host: gpu-switch installed and configured, fakepve running on 127.0.0.1."""
     proc = vm.ssh(f"mkdir -p {SITE} && tar -C {SITE} -x", stdin=_site_tar(), timeout=300)
     assert proc.returncode == 0, proc.stderr.decode()
-    vm.put_tree(PKG, LIB)
+    vm.put_gpu_switch(LIB)
     pki = tmp_path_factory.mktemp("fakepve-pki")
     certfile, keyfile, _ = make_cert(str(pki), hosts=("127.0.0.1",))
     e1000 = vm.address_of_id("0x8086", "0x100e")
@@ -158,14 +158,13 @@ def gpu_switch(host: ProxmoxHost, command: str) -> tuple[int, dict, str]:
 
 
 def guest_api(host: ProxmoxHost) -> dict:
-    """The guests' status and the VM's config, read from the fake API with the machine's own proxmoxer (not
-    through gpu-switch)."""
+    """The guests' status and the VM's config, read from the fake API with the machine's own Proxmox API client
+    (the one gpu-switch imports, but not through gpu-switch)."""
     code = (
-        f"import json, sys; sys.path.insert(0, {SITE!r}); from proxmoxer import ProxmoxAPI\n"
-        "api = ProxmoxAPI('127.0.0.1', port=8006, user='root@pam', password='secret',"
-        " verify_ssl='/etc/gpu-switch/fakepve.crt').nodes('pve1')\n"
-        f"print(json.dumps({{'ct': api.lxc({CT}).status.current.get()['status'],"
-        f" 'vm': api.qemu({VM}).status.current.get()['status'], 'vm_config': api.qemu({VM}).config.get()}}))"
+        f"import json, sys; sys.path[:0] = [{LIB!r}, {SITE!r}]; from pve_api import Client, Login\n"
+        "api = Client(Login(secret='secret', ca_file='/etc/gpu-switch/fakepve.crt'), 'pve1')\n"
+        f"print(json.dumps({{'ct': api.status('lxc', {CT}), 'vm': api.status('qemu', {VM}),"
+        f" 'vm_config': api.config('qemu', {VM})}}))"
     )
     return json.loads(host.vm.check(f"python3 -c {shlex.quote(code)}"))
 

@@ -10,15 +10,14 @@ import shlex
 
 import pytest
 
-from .conftest import MGMT_MAC, ROOT, TWIN_MAC
+from .conftest import MGMT_MAC, TWIN_MAC
 
 pytestmark = pytest.mark.kernel
-PKG = ROOT / "plugins" / "module_utils" / "gpu_switch"
 
 
 @pytest.fixture(scope="module")
 def machine(vm):
-    vm.put_tree(PKG, "/opt/inferhost")
+    vm.put_gpu_switch("/opt/inferhost")
     vm.check("modprobe vfio-pci")
     return vm
 

@@ -25,6 +25,8 @@ def test_the_configuration_names_the_gpus_and_reads_the_hosts_own_sysfs(host):
 def test_the_package_and_the_command_are_installed(host):
     assert host.package("python3-proxmoxer").is_installed and host.package("python3-yaml").is_installed
     assert host.file("/usr/local/lib/inferhost/gpu_switch/switch.py").exists
+    client = host.file("/usr/local/lib/inferhost/pve_api.py")  # the Proxmox API client, beside the package
+    assert client.exists and client.mode == 0o644 and client.user == "root"
     command = host.file("/usr/local/sbin/gpu-switch")
     assert command.mode == 0o755
     assert "{status,to-vm,to-ct,recover,check-config}" in host.check_output("/usr/local/sbin/gpu-switch --help")
