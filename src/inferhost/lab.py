@@ -31,11 +31,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fakepve.certs import make_cert
-from proxmoxer import ProxmoxAPI
 
 from inferhost.runner import PlaybookResult, run_playbook, use_this_environment
 
 ROOT = Path(__file__).resolve().parents[2]
+# The lab reads the fake API through the Proxmox API client of the stack's modules and gpu-switch.
+sys.path.append(str(ROOT / "plugins" / "module_utils"))
+from pve_api import Client, Login  # noqa: E402 - plugins/module_utils is on the path from the line above
+
 INVENTORY = ROOT / "inventory" / "lab"
 STANDINS = ROOT / "tests" / "standin" / "install.yml"
 SIM_GPUS = ROOT / "src" / "inferhost" / "sim" / "gpus.yml"
@@ -173,20 +176,29 @@ def start_fakepve(lab: Lab) -> str:
     return f"https://{px['host']}:{px['port']} (CA {Path(certfile).relative_to(ROOT)})"
 
 
-def api_guests(lab: Lab):
-    """The container's and the VM's API resources on the fake API (proxmoxer), verified against the lab's CA."""
+def api_client(lab: Lab) -> Client:
+    """The fake API on the lab's node, logged in as the inventory says, verified against the lab's CA."""
     px = lab.proxmox
-    api = ProxmoxAPI(
-        px["host"], port=px["port"], user=px["user"], password=px["password"], verify_ssl=str(STATE / "fakepve.crt")
-    )
-    node = api.nodes(px["node"])
-    return node.lxc(px["container"]["vmid"]), node.qemu(px["vm"]["vmid"])
+    login = Login(px["host"], px["port"], px["user"], secret=px["password"], ca_file=str(STATE / "fakepve.crt"))
+    return Client(login, px["node"])
+
+
+def guest_status(lab: Lab) -> tuple[str, str]:
+    """The container's and the VM's status (running, stopped) on the fake API."""
+    api, px = api_client(lab), lab.proxmox
+    return api.status("lxc", px["container"]["vmid"]), api.status("qemu", px["vm"]["vmid"])
+
+
+def guest_configs(lab: Lab) -> tuple[dict, dict]:
+    """The container's and the VM's config on the fake API."""
+    api, px = api_client(lab), lab.proxmox
+    return api.config("lxc", px["container"]["vmid"]), api.config("qemu", px["vm"]["vmid"])
 
 
 def api_summary(lab: Lab) -> str:
     px = lab.proxmox
-    ct, vm = (guest.status.current.get() for guest in api_guests(lab))
-    return f"CT {px['container']['vmid']} {ct['status']}, VM {px['vm']['vmid']} {vm['status']}"
+    ct, vm = guest_status(lab)
+    return f"CT {px['container']['vmid']} {ct}, VM {px['vm']['vmid']} {vm}"
 
 
 def stop_fakepve() -> None:

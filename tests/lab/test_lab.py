@@ -56,8 +56,7 @@ def test_the_host_play_on_a_fresh_host_wires_the_guests_and_reports_its_reboot(l
     _, result = deployed["host.yml"]
     assert result.status == "successful" and result.changed > 0
     assert labmod.reboot_reasons(result), "host.yml on a fresh host reported no reboot reason"
-    ct, vm = labmod.api_guests(lab)
-    ct_config, vm_config = ct.config.get(), vm.config.get()
+    ct_config, vm_config = labmod.guest_configs(lab)
     assert sorted(k for k in vm_config if k.startswith("hostpci")) == [f"hostpci{n}" for n in range(8)]
     nodes = {v.split(",")[0] for k, v in ct_config.items() if k.startswith("dev") and k[3:].isdigit()}
     assert {f"/dev/nvidia{n}" for n in range(8)} | {"/dev/nvidiactl", "/dev/nvidia-uvm"} <= nodes
@@ -97,14 +96,13 @@ def test_check_mode_on_the_converged_lab_reports_nothing(lab, deployed):
 
 
 def test_gpu_switch_playbook_moves_the_gpus_to_the_vm_and_back(lab, deployed):
-    ct, vm = labmod.api_guests(lab)
-    assert (ct.status.current.get()["status"], vm.status.current.get()["status"]) == ("running", "stopped")
+    assert labmod.guest_status(lab) == ("running", "stopped")
 
     assert labmod.move_gpus(lab, "vm").startswith("owner=vm gpus=8 changed=True")
-    assert (ct.status.current.get()["status"], vm.status.current.get()["status"]) == ("stopped", "running")
+    assert labmod.guest_status(lab) == ("stopped", "running")
 
     assert labmod.move_gpus(lab, "ct").startswith("owner=ct gpus=8 changed=True")
-    assert (ct.status.current.get()["status"], vm.status.current.get()["status"]) == ("running", "stopped")
+    assert labmod.guest_status(lab) == ("running", "stopped")
 
     # Asking for where the GPUs already are changes nothing.
     assert labmod.move_gpus(lab, "ct").startswith("owner=ct gpus=8 changed=False")
@@ -134,11 +132,6 @@ def _on(lab, host: str, command: str) -> str:
     return subprocess.run([*argv, command], capture_output=True, text=True, check=True).stdout.strip()
 
 
-def _guest_configs(lab):
-    ct, vm = labmod.api_guests(lab)
-    return ct.config.get(), vm.config.get()
-
-
 @pytest.mark.parametrize(
     ("tags", "variable"),
     [(None, "pve_guest_gpu_api_password"), ("role::gpu_switch", "gpu_switch_proxmox_password")],
@@ -148,7 +141,7 @@ def test_a_wrong_proxmox_password_is_refused_before_it_is_stored(lab, deployed, 
     API state stay as they were, and the wrong password appears nowhere in the output."""
     wrong = "wrong-canary-5d1f"
     password_file = _on(lab, "lab-pve", "sha256sum /etc/gpu-switch/password")
-    before = _guest_configs(lab)
+    before = labmod.guest_configs(lab)
     argv = ["-e", f"vault_proxmox_password={wrong}", *(["--tags", tags] if tags else [])]
     rc, out = _ansible_playbook("playbooks/host.yml", *argv)
     assert rc != 0, out[-3000:]
@@ -156,7 +149,7 @@ def test_a_wrong_proxmox_password_is_refused_before_it_is_stored(lab, deployed, 
     assert wrong not in out
     assert "changed=0" in out and not re.search(r"changed=[1-9]", out), out[-3000:]
     assert _on(lab, "lab-pve", "sha256sum /etc/gpu-switch/password") == password_file
-    assert _guest_configs(lab) == before
+    assert labmod.guest_configs(lab) == before
 
 
 def test_adding_or_removing_an_inactive_service_does_not_restart_the_active_one(lab, deployed):
