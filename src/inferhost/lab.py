@@ -33,6 +33,7 @@ from pathlib import Path
 from fakepve.certs import make_cert
 
 from inferhost.runner import PlaybookResult, run_playbook, use_this_environment
+from inferhost.sim import ENGINE_DIR
 
 ROOT = Path(__file__).resolve().parents[2]
 # The lab reads the fake API through the Proxmox API client of the stack's modules and gpu-switch.
@@ -40,7 +41,7 @@ sys.path.append(str(ROOT / "plugins" / "module_utils"))
 from pve_api import Client, Login  # noqa: E402 - plugins/module_utils is on the path from the line above
 
 INVENTORY = ROOT / "inventory" / "lab"
-STANDINS = ROOT / "tests" / "standin" / "install.yml"
+STANDINS = ENGINE_DIR / "install.yml"
 SIM_GPUS = ROOT / "src" / "inferhost" / "sim" / "gpus.yml"
 STANDIN_STAMP = "/opt/standin/.installed"
 STATE = ROOT / ".cache" / "lab"
