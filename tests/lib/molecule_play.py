@@ -41,3 +41,15 @@ def installed(host, *patterns: str) -> dict[str, tuple[str, str]]:
             name, version = line[3:].split("=", 1)
             found[name] = (line[:2], version)
     return found
+
+
+def journey(request, playbook: Path, steps: list[tuple[str, list[str]]], state) -> dict[str, dict[str, dict]]:
+    """Run the playbook once per step (name, extra arguments) on every instance, and read each instance's
+    state(host) after each: {step: {instance: {"changed": n, **state}}}."""
+    hosts = instances(request)
+    machines = {h: machine(h) for h in hosts}
+    seen = {}
+    for step, extra in steps:
+        changed = play(playbook, hosts, *extra)
+        seen[step] = {h: {"changed": changed[h], **state(m)} for h, m in machines.items()}
+    return seen

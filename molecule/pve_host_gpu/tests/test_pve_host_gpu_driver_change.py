@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 import pytest
-from molecule_play import installed, instances, machine, play
+from molecule_play import installed, journey
 
 SCENARIO = Path(__file__).resolve().parents[1]
 OLD, NEW = "590.48.01", "595.45.04"
@@ -42,19 +42,13 @@ def _state(host):
 
 
 @pytest.fixture(scope="module")
-def journey(request):
-    hosts = instances(request)
-    machines = {h: machine(h) for h in hosts}
-    seen = {}
-    for step, extra in STEPS:
-        changed = play(SCENARIO / "converge.yml", hosts, *extra)
-        seen[step] = {h: {"changed": changed[h], **_state(m)} for h, m in machines.items()}
-    return seen
+def steps(request):
+    return journey(request, SCENARIO / "converge.yml", STEPS, _state)
 
 
 @pytest.fixture
-def at(journey, host):
-    return {step: states[host.backend.host] for step, states in journey.items()}
+def at(steps, host):
+    return {step: states[host.backend.host] for step, states in steps.items()}
 
 
 def _pinned_to(state, version):
