@@ -1,16 +1,11 @@
 """API contract of pve_guest_gpu_config: every call it makes, against fakepve (PVE 9 schema and permissions).
 
 fakepve is strict about devN formats and root@pam-only options, and accepts malformed hostpciN strings;
-the module validates those itself (tests/unit/pve/test_pve_guest_config.py).
+the module validates those itself (tests/unit/module_utils/test_pve_guest_config.py).
 """
 
-import sys
-from pathlib import Path
-
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "pve"))
-from pve_testlib import load_module, run_module  # noqa: E402
+from pve_testlib import load_module, run_module
 
 MODULE = load_module("pve_guest_gpu_config")
 NVIDIA = ["/dev/nvidia0", "/dev/nvidia1", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"]

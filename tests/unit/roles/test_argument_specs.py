@@ -8,7 +8,7 @@ import pytest
 import yaml
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 ROLES = sorted(p.name for p in (ROOT / "roles").iterdir() if (p / "tasks" / "main.yml").exists())
 WRONG = {"list": {"not": "a list"}, "dict": ["not", "a dict"], "bool": "perhaps", "int": "many", "float": "lots"}
 

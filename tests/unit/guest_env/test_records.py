@@ -5,8 +5,8 @@ import json
 import os
 
 import pytest
-from conftest import install
 from guest_env.records import audit, fingerprint, parse_record, record_hash
+from guest_env_testlib import install
 from module_runner import load_module, run_module
 
 

@@ -5,7 +5,7 @@ from pathlib import Path
 import inventory_checks as checks
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 ROLES = ROOT / "roles"
 
 

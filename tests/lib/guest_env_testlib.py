@@ -1,4 +1,4 @@
-"""Fixtures of the guest-environment tests: a fake installed environment and a git work tree."""
+"""Helpers of the guest-environment tests: a fake installed environment and a git work tree (fixtures venv, source)."""
 
 import base64
 import hashlib

@@ -6,7 +6,7 @@ from module_runner import load_module, run_module
 
 from inferhost.sim import host_tree
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 
 __all__ = ["BRIDGE", "GPUS", "NIC", "ROOT", "host_tree", "load_module", "run_module"]
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[3]
-MODELS = Path(__file__).with_name("fixtures") / "models"
+ROOT = Path(__file__).resolve().parents[2]
+MODELS = ROOT / "tests/unit/inference/fixtures/models"
 EXAMPLE_VARS = ROOT / "inventory/example/group_vars/inference_containers/inference_service.yml"
 ROLE = ROOT / "roles/inference_service"
 
