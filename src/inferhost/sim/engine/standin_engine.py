@@ -88,7 +88,8 @@ def record(engine):
     """Record ``engine`` from its installed release (run with the engine environment's Python)."""
     from importlib import metadata  # noqa: PLC0415
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "plugins" / "module_utils" / "inference"))
+    # parents[4]: the repository root (src/inferhost/sim/engine/standin_engine.py).
+    sys.path.insert(0, str(Path(__file__).resolve().parents[4] / "plugins" / "module_utils" / "inference"))
     import engine_check  # noqa: PLC0415  (the production check's own way into each engine)
 
     parser, _validate, archs = engine_check.ENGINES[engine]()
