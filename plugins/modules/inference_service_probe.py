@@ -51,6 +51,10 @@ health:
   description: HTTP status of C(/health), or the connection error.
   returned: always
   type: raw
+models_status:
+  description: HTTP status of C(/v1/models), or the connection error.
+  returned: always
+  type: raw
 models:
   description: Model ids listed by C(/v1/models).
   returned: always
@@ -101,21 +105,11 @@ def main():
         supports_check_mode=True,
     )
     # Imported after argument parsing, so ansible-lint's args rule can validate tasks without our module_utils.
-    from ansible.module_utils.inference.client import read_key, request  # noqa: PLC0415
+    from ansible.module_utils.inference.client import read_key, readiness  # noqa: PLC0415
 
     params = module.params
     key = read_key(params["secret_file"])
-    base = params["url"].rstrip("/")
-    health, _ = request(base + "/health", key, timeout=params["http_timeout"])
-    models_status, body = request(base + "/v1/models", key, timeout=params["http_timeout"])
-    listed = [m.get("id") for m in (body or {}).get("data") or [] if isinstance(m, dict)]
-    result = {
-        "changed": False,
-        "health": health,
-        "models_status": models_status,
-        "models": listed,
-        "ready": health == 200 and models_status == 200 and params["model"] in listed,
-    }
+    result = {"changed": False, **readiness(params["url"], params["model"], key, timeout=params["http_timeout"])}
     if params["unit"]:
         result["unit_state"], result["last_log"] = unit_state(module, params["unit"])
     module.exit_json(**result)

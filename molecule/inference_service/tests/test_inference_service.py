@@ -127,6 +127,13 @@ def test_units_are_rendered_as_designed(host):
     assert "--api-key" not in sglang and KEY not in sglang
     launcher = host.file("/usr/local/libexec/inferhost/sglang-launch")
     assert launcher.user == "root" and launcher.mode == 0o755
+    # the guard's command runs its library, the modules' shared code, from a directory of its own
+    guard = host.file("/usr/local/libexec/inferhost/gpu-guard")
+    assert guard.mode == 0o755 and 'sys.path.insert(0, "/usr/local/lib/inferhost/gpu-guard")' in guard.content_string
+    lib = "/usr/local/lib/inferhost/gpu-guard"
+    for name in ("inference/guard.py", "inference/client.py", "gpu_switch/holders.py"):
+        assert host.file(f"{lib}/{name}").user == "root" and host.file(f"{lib}/{name}").mode == 0o644, name
+    assert not host.file(f"{lib}/gpu_switch/__init__.py").exists  # holders.py alone, not gpu-switch
 
 
 def test_each_engine_accepted_its_service_and_the_verdicts_are_root_only(host):

@@ -7,7 +7,8 @@ device's major number (the nvidia majors from /proc/devices).
 
 It also finds the holders of given nodes, such as a GPU's /dev/vfio/<group>: a process with the device
 open through VFIO (a QEMU that outlived its VM) makes the unbind from vfio-pci block in the kernel until
-it lets go.
+it lets go. The inference units' GPU guard (inference/guard.py) scans for its GPUs' nodes the same way, and
+runs this file alone in the container (standard library only, nothing else of gpu_switch imported).
 """
 
 from __future__ import annotations
@@ -62,7 +63,8 @@ def nvidia_majors(proc_root: str) -> set[int]:
     return majors
 
 
-def _read(path: str) -> str:
+def read_text(path: str) -> str:
+    """A /proc file as text; "" when it cannot be read (the process is gone, or it is another user's)."""
     try:
         with open(path, "rb") as fh:
             return fh.read().decode(errors="replace")
@@ -71,41 +73,50 @@ def _read(path: str) -> str:
 
 
 def _command(proc: str) -> str:
-    cmdline = _read(os.path.join(proc, "cmdline")).replace("\0", " ").strip()
-    return cmdline or _read(os.path.join(proc, "comm")).strip() or "?"
+    cmdline = read_text(os.path.join(proc, "cmdline")).replace("\0", " ").strip()
+    return cmdline or read_text(os.path.join(proc, "comm")).strip() or "?"
 
 
 def _container(proc: str) -> int | None:
-    m = LXC.search(_read(os.path.join(proc, "cgroup")))
+    m = LXC.search(read_text(os.path.join(proc, "cgroup")))
     return int(m.group(1)) if m else None
 
 
-def _node_devices(nodes: tuple[str, ...], dev_root: str) -> set[int]:
-    """st_rdev of each /dev/... node that exists as a character device under dev_root."""
-    devices = set()
+def _node_ids(nodes: tuple[str, ...], dev_root: str) -> tuple[set[int], set[tuple[int, int]]]:
+    """The st_rdev of each node that is a character device, and (st_dev, st_ino) of each other one (a stand-in
+    file): a /dev/... node is looked up under dev_root, any other path where it is."""
+    devices, files = set(), set()
     for node in nodes:
+        path = os.path.join(dev_root, node[len("/dev/") :]) if node.startswith("/dev/") else node
         try:
-            st = os.stat(os.path.join(dev_root, node[len("/dev/") :]))
+            st = os.stat(path)
         except OSError:
             continue
         if stat.S_ISCHR(st.st_mode):
             devices.add(st.st_rdev)
-    return devices
+        else:
+            files.add((st.st_dev, st.st_ino))
+    return devices, files
 
 
-def _holds(fd_path: str, majors: set[int], nvidia: bool, nodes: tuple[str, ...], devices: set[int]) -> str | None:
+def _holds(
+    fd_path: str, majors: set[int], nvidia: bool, nodes: tuple[str, ...], ids: tuple[set[int], set[tuple[int, int]]]
+) -> str | None:
     try:
         target = os.readlink(fd_path)
     except OSError:
         return None
     if (nvidia and NODE.search(target)) or target.removesuffix(" (deleted)") in nodes:
         return target
-    if (majors or devices) and target.startswith("/"):
+    devices, files = ids
+    if (majors or devices or files) and target.startswith("/"):
         try:
             st = os.stat(fd_path)
         except OSError:
             return None
         if stat.S_ISCHR(st.st_mode) and (os.major(st.st_rdev) in majors or st.st_rdev in devices):
+            return target
+        if (st.st_dev, st.st_ino) in files:
             return target
     return None
 
@@ -118,10 +129,12 @@ def find_holders(
     nodes: tuple[str, ...] = (),
     dev_root: str = "/dev",
 ) -> list[Holder]:
-    """Every process with an NVIDIA device node (unless nvidia is false) or one of nodes (/dev/... paths,
-    also matched by device number under dev_root) open or mapped, one entry per process, by pid."""
+    """Every process with an NVIDIA device node (unless nvidia is false) or one of nodes open or mapped, one entry
+    per process, by pid. A node is matched by its path, and also by its device number (a /dev/... node read under
+    dev_root, any other absolute path where it is) or, for a node that is not a device (a test's stand-in), by
+    the file it is."""
     majors = nvidia_majors(proc_root) if nvidia else set()
-    devices = _node_devices(nodes, dev_root)
+    ids = _node_ids(nodes, dev_root)
     holders = []
     try:
         pids = sorted(int(p) for p in os.listdir(proc_root) if p.isdigit())
@@ -137,11 +150,11 @@ def find_holders(
         except OSError:
             fds = []
         for fd in sorted(fds, key=lambda n: int(n) if n.isdigit() else 0):
-            found = _holds(os.path.join(proc, "fd", fd), majors, nvidia, nodes, devices)
+            found = _holds(os.path.join(proc, "fd", fd), majors, nvidia, nodes, ids)
             if found:
                 break
         if not found and nvidia:
-            for line in _read(os.path.join(proc, "maps")).splitlines():
+            for line in read_text(os.path.join(proc, "maps")).splitlines():
                 parts = line.split(None, 5)
                 if len(parts) == 6 and NODE.search(parts[5].strip()):
                     found = parts[5].strip()

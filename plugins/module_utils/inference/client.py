@@ -1,8 +1,10 @@
-"""Talking to an OpenAI-compatible service from the guest: the API key file and plain JSON requests.
+"""Talking to an OpenAI-compatible service from the guest: the API key file, plain JSON requests, readiness.
 
 Standard library only. The key is read on the guest from the unit's root-only environment file, so it
 never travels through Ansible. scripts/inference-bench.py reads its key file with read_key too: it runs
-without Ansible, and playbooks/benchmark.yml copies this file to the guest with it.
+without Ansible, and playbooks/benchmark.yml copies this file to the guest with it. The units' GPU guard
+(guard.py, installed in the guest by the inference_service role) waits with ``readiness`` as the module
+inference_service_probe looks with it.
 """
 
 from __future__ import annotations
@@ -55,3 +57,26 @@ def request(url, key=None, body=None, timeout=5):
         return exc.code, None
     except (urllib.error.URLError, OSError) as exc:
         return f"no answer: {getattr(exc, 'reason', exc)}", None
+
+
+def listed_models(body):
+    """The model ids in a /v1/models answer (``{"data": [{"id": ...}, ...]}``); [] for anything else."""
+    data = body.get("data") if isinstance(body, dict) else None
+    return [m.get("id") for m in data or [] if isinstance(m, dict)]
+
+
+def readiness(url, model, key=None, timeout=5):
+    """One look at the service at ``url``: ready when /health answers 200 and /v1/models lists ``model``.
+
+    Returns health and models_status (as ``request`` gives them), the listed models and ready.
+    """
+    base = url.rstrip("/")
+    health, _ = request(base + "/health", key, timeout=timeout)
+    models_status, body = request(base + "/v1/models", key, timeout=timeout)
+    models = listed_models(body)
+    return {
+        "health": health,
+        "models_status": models_status,
+        "models": models,
+        "ready": health == 200 and models_status == 200 and model in models,
+    }

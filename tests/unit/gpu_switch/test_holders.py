@@ -49,3 +49,25 @@ def test_given_nodes_by_path_and_by_device_number(rig, tmp_path):
     found = find_holders(rig.proc, nvidia=False, nodes=("/dev/vfio/12",), dev_root=str(tmp_path / "devroot"))
     assert [(h.pid, h.path) for h in found] == [(20, "/dev/vfio/12"), (22, "/dev/null")]
     assert [h.pid for h in find_holders(rig.proc)] == [23]
+
+
+def test_given_nodes_outside_dev_are_read_where_they_are(rig, tmp_path):
+    # A test's stand-in GPU nodes: a plain file, matched by its path or as the same file under another path,
+    # and a node elsewhere that is a device (/dev/null's number here), matched by device number.
+    standin = tmp_path / "standin-dev"
+    standin.mkdir()
+    (standin / "nvidia0").write_text("")
+    (standin / "nvidia1").write_text("")
+    (tmp_path / "alias").symlink_to(standin)
+    os.symlink("/dev/null", standin / "nvidia2")
+    nodes = tuple(str(standin / n) for n in ("nvidia0", "nvidia2"))
+    rig.add_process(30, "by-path", fds=[nodes[0]])
+    rig.add_process(31, "by-alias", fds=[str(tmp_path / "alias" / "nvidia0")])
+    rig.add_process(32, "other-node", fds=[str(standin / "nvidia1")])
+    rig.add_process(33, "by-number", fds=["/dev/null"])
+    found = find_holders(rig.proc, nvidia=False, nodes=nodes, dev_root=str(tmp_path / "unused"))
+    assert [(h.pid, h.path) for h in found] == [
+        (30, nodes[0]),
+        (31, str(tmp_path / "alias" / "nvidia0")),
+        (33, "/dev/null"),
+    ]

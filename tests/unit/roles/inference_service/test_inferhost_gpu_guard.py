@@ -1,188 +1,123 @@
-"""The GPU guard the units run before start, after start and after stop (real /proc, stand-in nodes)."""
+"""The installed gpu-guard command: the role's guard tasks lay out its library in a directory of its own, and the
+command runs from there alone (its logic is tested in tests/unit/inference/test_guard.py)."""
 
-import importlib.machinery
-import importlib.util
-import json
 import os
+import re
+import stat
 import subprocess
 import sys
-import time
 
 import pytest
+import yaml
 from inference_refdata import ROLE
+from localhost import free_port, run_playbook
 
-from inferhost.sim import ENGINE_DIR
+# The role installs as root; elsewhere its chown fails before anything can be seen.
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the role installs the guard as root")
 
-STANDIN = ENGINE_DIR / "openai_standin.py"
-
-
-def load_guard():
-    loader = importlib.machinery.SourceFileLoader("inferhost_gpu_guard", str(ROLE / "files/inferhost-gpu-guard"))
-    spec = importlib.util.spec_from_loader(loader.name, loader)
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module
-
-
-GUARD = load_guard()
+SOURCE = ROLE.parents[1] / "plugins" / "module_utils"
+SHIPPED = ["gpu_switch/holders.py", "inference/__init__.py", "inference/client.py", "inference/guard.py"]
 UNIT = "inference-test.service"
 
 
-@pytest.fixture
-def nodes(tmp_path):
-    dev = tmp_path / "dev"
-    dev.mkdir()
-    for name in ("nvidia0", "nvidia1", "nvidiactl"):
-        (dev / name).write_text("")
-    sysfs = tmp_path / "sys"
-    for bdf, driver in (("0000:01:00.0", "nvidia"), ("0000:02:00.0", "vfio-pci")):
-        (sysfs / "bus/pci/drivers" / driver).mkdir(parents=True, exist_ok=True)
-        device = sysfs / "bus/pci/devices" / bdf
-        device.mkdir(parents=True)
-        (device / "driver").symlink_to(f"../../drivers/{driver}")
-    return dev, sysfs
+def converge(tmp):
+    """Run the role's guard tasks into tmp; the number of changed tasks."""
+    proc = run_playbook(tmp / "play.yml")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return int(re.search(r"localhost\s+:.*\bchanged=(\d+)", proc.stdout).group(1))
 
 
-@pytest.fixture
-def holder():
-    procs = []
-
-    def start(path, marker=None):
-        env = {k: v for k, v in os.environ.items() if k != GUARD.MARKER}
-        if marker:
-            env[GUARD.MARKER] = marker
-        with open(path, "rb") as handle:
-            proc = subprocess.Popen(["sleep", "300"], stdin=handle, env=env)
-        procs.append(proc)
-        return proc
-
-    yield start
-    for proc in procs:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
+def installed(lib):
+    return sorted(p.relative_to(lib).as_posix() for p in lib.rglob("*.py"))
 
 
-def guard(command, dev, sysfs, *extra):
-    argv = [command, "--unit", UNIT, "--device", str(dev / "nvidia0"), "--device", str(dev / "nvidia1")]
-    argv += ["--control", str(dev / "nvidiactl"), "--sysfs", str(sysfs), "--nvidia-smi", "", "--kill-timeout", "2"]
-    return GUARD.main(argv + list(extra))
+@pytest.fixture(scope="module")
+def guard(tmp_path_factory):
+    """(the installed command, its library directory), after a first converge."""
+    tmp = tmp_path_factory.mktemp("guard")
+    command, lib = tmp / "libexec" / "gpu-guard", tmp / "lib" / "gpu-guard"
+    play = {
+        "name": "Install the GPU guard",
+        "hosts": "localhost",
+        "gather_facts": False,
+        "vars": {"inference_service_guard_path": str(command), "inference_service_guard_lib_dir": str(lib)},
+        "tasks": [
+            {
+                "name": "Run the role's guard tasks",
+                "ansible.builtin.include_role": {"name": "inference_service", "tasks_from": "guard.yml"},
+            }
+        ],
+    }
+    (tmp / "play.yml").write_text(yaml.safe_dump([play], sort_keys=False))
+    assert converge(tmp) > 0
+    return command, lib
 
 
-def test_free_gpus_pass(nodes, capsys):
-    dev, sysfs = nodes
-    assert guard("check", dev, sysfs, "--pci", "0000:01:00.0") == 0
-    assert "GPUs - are free and bound to nvidia" in capsys.readouterr().out
+def test_the_library_is_the_shared_code_and_a_rerun_changes_nothing(guard):
+    command, lib = guard
+    assert installed(lib) == SHIPPED
+    for name in SHIPPED:
+        assert (lib / name).read_bytes() == (SOURCE / name).read_bytes(), name
+        assert stat.S_IMODE((lib / name).stat().st_mode) == 0o644
+    text = command.read_text()
+    assert text.startswith("#!/usr/bin/python3 -I\n")
+    assert f'sys.path.insert(0, "{lib}")' in text and "from inference.guard import main" in text
+    assert stat.S_IMODE(command.stat().st_mode) == 0o755
+    assert converge(command.parents[1]) == 0
 
 
-def test_gpu_given_to_the_vm_is_refused(nodes, capsys):
-    dev, sysfs = nodes
-    assert guard("check", dev, sysfs, "--pci", "0000:02:00.0") == 1
-    assert "GPU 0000:02:00.0 is bound to vfio-pci (given to the VM)" in capsys.readouterr().out
+def test_a_stale_or_edited_module_is_put_right(guard):
+    command, lib = guard
+    tmp = command.parents[1]
+    (lib / "gpu_switch" / "__init__.py").write_text("from .switch import Switcher\n")  # the whole package
+    (lib / "inference" / "plan.py").write_text("")
+    (lib / "inference" / "client.py").write_text("# edited\n")
+    (lib / "gpu_switch" / "holders.py").chmod(0o600)
+    assert converge(tmp) == 2  # the library's copy and the removal; the command is as it was
+    assert installed(lib) == SHIPPED
+    assert (lib / "inference" / "client.py").read_bytes() == (SOURCE / "inference" / "client.py").read_bytes()
+    assert stat.S_IMODE((lib / "gpu_switch" / "holders.py").stat().st_mode) == 0o644
 
 
-def test_missing_device_node_is_refused(nodes, capsys):
-    dev, sysfs = nodes
-    (dev / "nvidiactl").unlink()
-    assert guard("check", dev, sysfs) == 1
-    assert f"device node {dev / 'nvidiactl'} is missing" in capsys.readouterr().out
-
-
-def test_foreign_holder_is_refused_and_left_alone(nodes, holder, capsys):
-    dev, sysfs = nodes
-    proc = holder(dev / "nvidia1", marker="inference-other.service")
-    assert guard("check", dev, sysfs) == 1
-    out = capsys.readouterr().out
-    assert f"pid {proc.pid} (sleep: sleep 300;" in out
-    assert "unit inference-other.service) holds" in out
-    assert "nothing was stopped" in out
-    assert proc.poll() is None
-
-
-def test_own_leftover_is_terminated_and_start_proceeds(nodes, holder, capsys):
-    dev, sysfs = nodes
-    proc = holder(dev / "nvidia0", marker=UNIT)
-    assert guard("check", dev, sysfs) == 0
-    assert proc.wait(timeout=5) == -15
-    assert f"leftover of {UNIT}: pid {proc.pid}" in capsys.readouterr().out
-
-
-def test_wait_free_times_out_while_a_holder_stays(nodes, holder, capsys):
-    dev, sysfs = nodes
-    holder(dev / "nvidia0")
-    assert guard("wait-free", dev, sysfs, "--timeout", "0.5") == 1
-    assert "still held after 0.5 s" in capsys.readouterr().out
-
-
-def test_wait_free_returns_once_released(nodes, holder):
-    dev, sysfs = nodes
-    proc = holder(dev / "nvidia0")
-    proc.kill()
-    proc.wait()
-    assert guard("wait-free", dev, sysfs, "--timeout", "5") == 0
-
-
-def test_terminate_escalates_to_sigkill():
-    sent = []
-    hard = GUARD.terminate([41, 42], 0.3, kill=lambda p, s: sent.append((p, s)), is_alive=lambda p: p == 42)
-    assert hard == [42]
-    assert (42, 9) in sent and (41, 9) not in sent
-
-
-def test_memory_check_reads_nvidia_smi(tmp_path, monkeypatch):
-    smi = tmp_path / "nvidia-smi"
-    smi.write_text("#!/bin/sh\necho '0, 12'\necho '1, 40960'\n")
-    smi.chmod(0o755)
-    used = GUARD.memory_used(str(smi), [0, 1])
-    assert used == {0: 12, 1: 40960}
-    assert GUARD.memory_used("no-such-nvidia-smi", [0]) is None
-
-
-def test_memory_in_use_by_an_invisible_process_is_refused(nodes, tmp_path, capsys):
-    dev, sysfs = nodes
-    smi = tmp_path / "nvidia-smi"
-    smi.write_text("#!/bin/sh\necho '0, 50000'\n")
-    smi.chmod(0o755)
-    argv = ["check", "--unit", UNIT, "--device", str(dev / "nvidia0"), "--gpu", "0", "--nvidia-smi", str(smi)]
-    assert GUARD.main([*argv, "--wait", "0"]) == 1
-    assert "GPU 0: 50000 MiB, more than 1024 MiB" in capsys.readouterr().out
-
-
-def test_ready_waits_for_health_and_the_model(tmp_path, capsys):
-    port = 18000 + os.getpid() % 1000
-    server = subprocess.Popen(
-        [sys.executable, str(STANDIN), "serve", "/m/Model-X", "--port", str(port), "--load-delay", "1"],
-        stdout=subprocess.DEVNULL,
+def run_installed(command, *argv):
+    """The installed command as systemd runs it: its own shebang's flags, this interpreter."""
+    flags = command.read_text().splitlines()[0].split()[1:]
+    return subprocess.run(
+        [sys.executable, *flags, str(command), *argv], capture_output=True, text=True, timeout=60, check=False
     )
+
+
+def test_the_installed_command_imports_only_its_library(guard):
+    _, lib = guard
+    code = (
+        f"import sys; sys.path.insert(0, {str(lib)!r}); import inference.guard; "
+        "print(*sorted(m for m in sys.modules if m.split('.')[0] in ('gpu_switch', 'inference')))"
+    )
+    out = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, check=True).stdout
+    # gpu_switch is a namespace package there: its holder scan comes alone, none of the GPU switching
+    assert out.split() == ["gpu_switch", "gpu_switch.holders", "inference", "inference.client", "inference.guard"]
+
+
+def test_the_installed_command_guards_the_gpus(guard, tmp_path):
+    command, _ = guard
+    for name in ("nvidia0", "nvidiactl"):
+        (tmp_path / name).write_text("")
+    argv = ["--unit", UNIT, "--device", str(tmp_path / "nvidia0"), "--control", str(tmp_path / "nvidiactl")]
+    argv += ["--nvidia-smi", "", "--sysfs", str(tmp_path)]
+    with open(tmp_path / "nvidia0", "rb") as node:
+        holder = subprocess.Popen(["sleep", "300"], stdin=node)
     try:
-        time.sleep(0.3)
-        url = f"http://127.0.0.1:{port}"
-        assert GUARD.main(["ready", "--url", url, "--model", "Model-X", "--interval", "0.2", "--log-every", "0"]) == 0
-        out = capsys.readouterr().out
-        assert "waiting for Model-X" in out and "Model-X is ready after" in out
-        assert GUARD.main(["ready", "--url", url, "--model", "other", "--timeout", "0.5", "--interval", "0.2"]) == 1
-        assert "other not ready after 0.5 s (health 200, models 200)" in capsys.readouterr().out
+        refused = run_installed(command, "check", *argv)
+        assert refused.returncode == 1, refused.stderr
+        assert f"nothing was stopped because these processes do not belong to it: pid {holder.pid} (sleep 300;" in (
+            refused.stdout
+        )
+        assert holder.poll() is None
     finally:
-        server.kill()
-        server.wait()
-
-
-def test_models_listed():
-    assert GUARD.models_listed({"data": [{"id": "a"}, {"id": "b"}]}, "b")
-    assert not GUARD.models_listed(json.loads('{"data": []}'), "b")
-    assert not GUARD.models_listed(None, "b")
-
-
-def test_unreadable_environment_is_never_taken_for_a_leftover(tmp_path):
-    proc = tmp_path / "proc"
-    (proc / "77/fd").mkdir(parents=True)
-    (proc / "77/environ").mkdir()  # reading it fails, as another user's environ does without CAP_SYS_PTRACE
-    (proc / "77/comm").write_text("python3\n")
-    (proc / "77/status").write_text("Name:\tpython3\nUid:\t999\t999\t999\t999\n")
-    (proc / "77/cgroup").write_text("0::/system.slice/other.service\n")
-    (proc / "77/fd/5").symlink_to("/dev/nvidia0")
-    (found,) = GUARD.holders(str(proc), ["/dev/nvidia0"])
-    assert not found["environ_readable"] and not GUARD.belongs_to(found, UNIT)
-    assert "environment unreadable, so not provably this unit's" in GUARD.describe(found)
-    (proc / "77/cgroup").write_text(f"0::/system.slice/{UNIT}\n")
-    assert GUARD.belongs_to(GUARD.holders(str(proc), ["/dev/nvidia0"])[0], UNIT)
+        holder.kill()
+        holder.wait()
+    passed = run_installed(command, "check", *argv)
+    assert passed.returncode == 0 and f"{UNIT}: GPUs - are free and bound to nvidia" in passed.stdout
+    port = free_port()
+    waited = run_installed(command, "ready", "--url", f"http://127.0.0.1:{port}", "--model", "m", "--timeout", "0")
+    assert waited.returncode == 1 and "gpu-guard: m not ready after 0 s (health no answer:" in waited.stdout

@@ -1,4 +1,3 @@
-#!/usr/bin/python3
 """GPU guard of an inference unit: run by systemd before start, after start and after stop.
 
   check      (ExecStartPre=+) the unit's GPUs are bound to the nvidia driver (not given to the VM), their
@@ -12,110 +11,98 @@
   wait-free  (ExecStopPost=+) wait until no process holds the GPUs and their memory is free again, so the
              next service does not start on GPUs that are still being released.
 
-Standard library only (it runs with the system python3). Every path it reads is configurable, so tests
-run it against stand-in device nodes and a fake sysfs tree.
+Who holds the nodes is gpu_switch's scan (gpu_switch/holders.py) and readiness is the probe module's
+(client.py); this file adds whose a holder is, the driver and memory checks and the command line. Standard
+library only: the inference_service role installs it with client.py and holders.py in a library directory
+of the guest, which the installed ``gpu-guard`` command puts first on the path (``gpu_switch`` there is a
+namespace package holding holders.py alone). Every path it reads is configurable, so tests run it against
+stand-in device nodes and a fake sysfs tree.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
-import urllib.error
-import urllib.request
+from dataclasses import dataclass
+
+from gpu_switch.holders import Holder, find_holders, read_text
+
+from .client import KEY_VAR, readiness
 
 MARKER = "INFERHOST_UNIT"
 
 
 def log(message):
+    """One line of the guard's output (systemd puts it in the unit's journal)."""
     print(f"gpu-guard: {message}", flush=True)
 
 
 class GuardError(RuntimeError):
-    pass
+    """A start the guard refuses; the message says why and what to do."""
 
 
-# --- who holds the device nodes ----------------------------------------------------------------
+# --- whose a holder of the device nodes is -------------------------------------------------------
 
 
-def _read(path, binary=False):
+@dataclass(frozen=True)
+class Held:
+    """A holder of one of the unit's device nodes, with what tells whose it is."""
+
+    holder: Holder
+    uid: str
+    marker: str  # the INFERHOST_UNIT value in its environment, "" when none or unreadable
+    environ_readable: bool
+    cgroup: str
+
+    @property
+    def pid(self):
+        return self.holder.pid
+
+    def belongs_to(self, unit):
+        """A leftover of this unit: it carries the unit's marker or sits in the unit's cgroup."""
+        return self.marker == unit or any(line.endswith("/" + unit) for line in self.cgroup.splitlines())
+
+    def __str__(self):
+        if self.marker:
+            owner = f"unit {self.marker}"
+        elif not self.environ_readable:
+            owner = "environment unreadable, so not provably this unit's"
+        else:
+            owner = "no inference unit"
+        command = self.holder.command[:120]
+        return f"pid {self.pid} ({command}; uid {self.uid}; {owner}) holds {self.holder.path}"
+
+
+def ownership(proc, holder):
+    """The holder with its uid, marker and cgroup read from /proc."""
+    base = os.path.join(proc, str(holder.pid))
     try:
-        with open(path, "rb" if binary else "r") as handle:
-            return handle.read()
-    except OSError:
-        return b"" if binary else ""
-
-
-def process_info(proc, pid):
-    try:
-        with open(os.path.join(proc, pid, "environ"), "rb") as handle:
+        with open(os.path.join(base, "environ"), "rb") as handle:
             environ = handle.read().split(b"\0")
         readable = True
     except OSError:  # another user's process, and no CAP_SYS_PTRACE (a container): only the cgroup tells
         environ, readable = [], False
     prefix = MARKER.encode() + b"="
     marker = next((e[len(prefix) :].decode(errors="replace") for e in environ if e.startswith(prefix)), "")
-    status = _read(os.path.join(proc, pid, "status"))
+    status = read_text(os.path.join(base, "status"))
     uid = next((line.split()[1] for line in status.splitlines() if line.startswith("Uid:")), "?")
-    cmdline = _read(os.path.join(proc, pid, "cmdline"), binary=True).replace(b"\0", b" ")
-    cmdline = cmdline.decode(errors="replace").strip()
-    return {
-        "pid": int(pid),
-        "comm": _read(os.path.join(proc, pid, "comm")).strip(),
-        "cmdline": cmdline[:120],
-        "uid": uid,
-        "marker": marker,
-        "environ_readable": readable,
-        "cgroup": _read(os.path.join(proc, pid, "cgroup")).strip(),
-    }
+    cgroup = read_text(os.path.join(base, "cgroup")).strip()
+    return Held(holder=holder, uid=uid, marker=marker, environ_readable=readable, cgroup=cgroup)
 
 
-def holders(proc, devices, exclude=()):
-    """Processes with an open file descriptor on one of ``devices`` (resolved paths)."""
-    wanted = {os.path.realpath(d) for d in devices}
-    found = {}
-    for pid in os.listdir(proc):
-        if not pid.isdigit() or int(pid) in exclude:
-            continue
-        fd_dir = os.path.join(proc, pid, "fd")
-        try:
-            fds = os.listdir(fd_dir)
-        except OSError:
-            continue
-        for fd in fds:
-            try:
-                target = os.readlink(os.path.join(fd_dir, fd))
-            except OSError:
-                continue
-            if target in wanted or os.path.realpath(target) in wanted:
-                info = found.setdefault(pid, process_info(proc, pid))
-                info.setdefault("devices", set()).add(target)
-    return [found[p] for p in sorted(found, key=int)]
-
-
-def belongs_to(info, unit):
-    """A leftover of this unit: it carries the unit's marker or sits in the unit's cgroup."""
-    return info["marker"] == unit or any(line.endswith("/" + unit) for line in info["cgroup"].splitlines())
-
-
-def describe(info):
-    if info["marker"]:
-        owner = f"unit {info['marker']}"
-    elif not info["environ_readable"]:
-        owner = "environment unreadable, so not provably this unit's"
-    else:
-        owner = "no inference unit"
-    devices = ", ".join(sorted(info.get("devices", ())))
-    return f"pid {info['pid']} ({info['comm']}: {info['cmdline']}; uid {info['uid']}; {owner}) holds {devices}"
+def holders(proc, devices):
+    """Every process but the guard and its parent with one of ``devices`` open, with whose it is."""
+    found = find_holders(proc, (os.getpid(), os.getppid()), nvidia=False, nodes=tuple(devices))
+    return [ownership(proc, h) for h in found]
 
 
 def alive(pid):
+    """Whether ``pid`` still exists (a process of another user counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -142,20 +129,22 @@ def terminate(pids, timeout, kill=os.kill, is_alive=alive, sleep=time.sleep):
 
 
 def clean_leftovers(args, found):
-    mine = [h for h in found if belongs_to(h, args.unit)]
+    """Terminate the holders that are this unit's leftovers; returns the others."""
+    mine = [h for h in found if h.belongs_to(args.unit)]
     if mine:
-        for info in mine:
-            log(f"leftover of {args.unit}: {describe(info)}; terminating it")
-        hard = terminate([h["pid"] for h in mine], args.kill_timeout)
+        for held in mine:
+            log(f"leftover of {args.unit}: {held}; terminating it")
+        hard = terminate([h.pid for h in mine], args.kill_timeout)
         if hard:
             log(f"sent SIGKILL to {', '.join(map(str, hard))} after {args.kill_timeout:g} s")
-    return [h for h in found if not belongs_to(h, args.unit)]
+    return [h for h in found if not h.belongs_to(args.unit)]
 
 
 # --- the driver and the GPU memory -----------------------------------------------------------------
 
 
 def bound_driver(sysfs, bdf):
+    """The driver the PCI function ``bdf`` is bound to, or None."""
     link = os.path.join(sysfs, "bus", "pci", "devices", bdf, "driver")
     if not os.path.lexists(link):
         return None
@@ -185,6 +174,7 @@ def memory_used(nvidia_smi, gpus):
 
 
 def busy_memory(args):
+    """{gpu index: MiB used} of the GPUs with more than the free threshold in use ({} without nvidia-smi)."""
     used = memory_used(args.nvidia_smi, args.gpu)
     if used is None:
         return {}
@@ -195,6 +185,7 @@ def busy_memory(args):
 
 
 def cmd_check(args):
+    """ExecStartPre: refuse the start unless the GPUs are on nvidia, present and free."""
     for gpu_bdf in args.pci:
         driver = bound_driver(args.sysfs, gpu_bdf)
         if driver != "nvidia":
@@ -206,13 +197,13 @@ def cmd_check(args):
     for path in args.device + args.control:
         if not os.path.exists(path):
             raise GuardError(f"device node {path} is missing: is the GPU passed through to this guest?")
-    others = clean_leftovers(args, holders(args.proc, args.device, exclude={os.getpid(), os.getppid()}))
+    others = clean_leftovers(args, holders(args.proc, args.device))
     if others:
         raise GuardError(
             "the GPUs of "
             + args.unit
             + " are in use; nothing was stopped because these processes do not belong to it: "
-            + "; ".join(describe(h) for h in others)
+            + "; ".join(map(str, others))
         )
     deadline = time.monotonic() + args.wait
     busy = busy_memory(args)
@@ -230,18 +221,19 @@ def cmd_check(args):
 
 
 def cmd_wait_free(args):
+    """ExecStopPost: wait until nobody holds the GPUs and their memory is free; 1 after the timeout."""
     deadline = time.monotonic() + args.timeout
     last = 0.0
     while True:
-        found = clean_leftovers(args, holders(args.proc, args.device, exclude={os.getpid(), os.getppid()}))
+        found = clean_leftovers(args, holders(args.proc, args.device))
         busy = busy_memory(args)
         if not found and not busy:
             log(f"{args.unit}: GPUs released")
             return 0
         now = time.monotonic()
         if now >= deadline:
-            for info in found:
-                log(f"still held after {args.timeout:g} s: {describe(info)}")
+            for held in found:
+                log(f"still held after {args.timeout:g} s: {held}")
             for gpu, mib in sorted(busy.items()):
                 log(f"GPU {gpu} still has {mib} MiB in use after {args.timeout:g} s")
             return 1
@@ -251,51 +243,30 @@ def cmd_wait_free(args):
         time.sleep(0.5)
 
 
-def probe(url, key, timeout=5):
-    """(HTTP status or error text, parsed JSON or None)."""
-    request = urllib.request.Request(url)
-    if key:
-        request.add_header("Authorization", f"Bearer {key}")
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            body = response.read()
-            try:
-                return response.status, json.loads(body or b"null")
-            except ValueError:
-                return response.status, None
-    except urllib.error.HTTPError as exc:
-        return exc.code, None
-    except (urllib.error.URLError, OSError) as exc:
-        return str(getattr(exc, "reason", exc)), None
-
-
-def models_listed(body, model):
-    return any(m.get("id") == model for m in (body or {}).get("data") or [] if isinstance(m, dict))
-
-
 def cmd_ready(args):
-    key = os.environ.get("INFERHOST_API_KEY") or None
-    base = args.url.rstrip("/")
+    """ExecStartPost: wait until the service serves the model (the unit's API key from its environment)."""
+    key = os.environ.get(KEY_VAR) or None
     start = time.monotonic()
     last = -args.log_every
     while True:
-        health, _ = probe(base + "/health", key)
-        status, body = probe(base + "/v1/models", key) if health == 200 else (None, None)
+        state = readiness(args.url, args.model, key)
         elapsed = time.monotonic() - start
-        if health == 200 and status == 200 and models_listed(body, args.model):
+        if state["ready"]:
             log(f"{args.model} is ready after {elapsed:.0f} s")
             return 0
+        seen = f"health {state['health']}, models {state['models_status']}"
         if elapsed >= args.timeout:
-            log(f"{args.model} not ready after {args.timeout:g} s (health {health}, models {status})")
+            log(f"{args.model} not ready after {args.timeout:g} s ({seen})")
             return 1
         if elapsed - last >= args.log_every:
-            log(f"waiting for {args.model}: {elapsed:.0f} s, health {health}, models {status}")
+            log(f"waiting for {args.model}: {elapsed:.0f} s, {seen}")
             last = elapsed
         time.sleep(args.interval)
 
 
 def parser():
-    top = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    """The command line of the three commands."""
+    top = argparse.ArgumentParser(prog="gpu-guard", description=__doc__.split("\n\n")[0])
     sub = top.add_subparsers(dest="command", required=True)
     for name in ("check", "wait-free"):
         p = sub.add_parser(name)
@@ -321,6 +292,7 @@ def parser():
 
 
 def main(argv=None):
+    """Run one command; the exit status for systemd (0 go on, 1 refused or timed out)."""
     args = parser().parse_args(argv)
     handler = {"check": cmd_check, "wait-free": cmd_wait_free, "ready": cmd_ready}[args.command]
     try:
@@ -328,7 +300,3 @@ def main(argv=None):
     except GuardError as exc:
         log(f"refusing: {exc}")
         return 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())
