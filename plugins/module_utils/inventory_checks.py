@@ -7,7 +7,8 @@ given, what was expected and one fix that is itself valid. Three kinds of checks
 
 * every role's argument spec, applied up front to the variables each host sets for the roles it runs;
 * every variable with a role's prefix (or the project's ``inferhost_``) that nothing declares: refused,
-  with the closest known name, since Ansible itself ignores a misspelt variable without a word;
+  with the closest known name (or, for a name the roles read no more, the one that replaced it: ``RENAMED``),
+  since Ansible itself ignores a misspelt variable without a word;
 * the cross-checks no single role can make (GPU addresses against each other and the host's published
   inventory, service GPU lists against the host's GPUs, the guest's driver against the host's pin), and
   the value checks the roles' own preflight tasks make, hoisted here so that they stop the run before the
@@ -33,6 +34,7 @@ except ImportError:  # pragma: no cover - only without the project's module_util
     service_plan = None
 
 ROLE_PREFIXES = (
+    "pve_api_",
     "pve_host_gpu_",
     "pve_guest_gpu_",
     "gpu_switch_",
@@ -51,7 +53,7 @@ INVENTORY_NAMES = {
     "inferhost_gpus": "the host's GPUs: [{address: 0000:01:00.0, numa_node: 0}, ...] (host_vars/<host>/hardware.yml)",
     "inferhost_host_has_swap": "whether the host runs with swap (host_vars/<host>/hardware.yml)",
     "inferhost_cpu_vendor": "amd or intel (host_vars/<host>/hardware.yml)",
-    "inferhost_proxmox": "the Proxmox API and the two guests' ids (group_vars/all/proxmox.yml)",
+    "inferhost_proxmox": "the two guests' ids on the Proxmox host (group_vars/all/proxmox.yml)",
     "inferhost_nvidia_driver_version": "the one driver pin of every tier (group_vars/all/versions.yml)",
     "inferhost_cuda_versions": "the CUDA toolkits of the guests (group_vars/all/versions.yml)",
     "inferhost_cuda_default": "the default CUDA toolkit of the guests (group_vars/all/versions.yml)",
@@ -61,6 +63,46 @@ INVENTORY_NAMES = {
     "inferhost_preflight_role_specs": "playbooks/preflight.yml: false where the playbook runs no role",
     "gpu_switch_to": "playbooks/gpu_switch.yml: vm or ct (-e)",
     "gpu_switch_force": "playbooks/gpu_switch.yml: stop a guest that does not shut down in time (-e)",
+}
+
+# Names the roles read no more, each with the one that replaced it. Ansible would ignore an inventory that still
+# sets one, and the role would run with its default: refused here, naming the new variable.
+RENAMED = {
+    # One name for each Proxmox API connection setting, role pve_api's, read by pve_guest_gpu and gpu_switch.
+    "gpu_switch_proxmox_host": "pve_api_host",
+    "gpu_switch_proxmox_port": "pve_api_port",
+    "gpu_switch_proxmox_user": "pve_api_user",
+    "gpu_switch_proxmox_password": "pve_api_password",
+    "gpu_switch_proxmox_token_name": "pve_api_token_id (its secret in pve_api_token_secret)",
+    "gpu_switch_proxmox_node": "pve_api_node",
+    "gpu_switch_proxmox_verify_ssl": "pve_api_validate_certs",
+    "gpu_switch_proxmox_ca_file": "pve_api_ca_path",
+    "gpu_switch_proxmox_ca_content": "pve_api_ca_content",
+    "gpu_switch_proxmox_timeout": "pve_api_timeout",
+    "pve_guest_gpu_api_host": "pve_api_host",
+    "pve_guest_gpu_api_port": "pve_api_port",
+    "pve_guest_gpu_api_user": "pve_api_user",
+    "pve_guest_gpu_api_password": "pve_api_password",
+    "pve_guest_gpu_api_token_id": "pve_api_token_id",
+    "pve_guest_gpu_api_token_secret": "pve_api_token_secret",
+    "pve_guest_gpu_api_backend": "pve_api_backend",
+    "pve_guest_gpu_api_timeout": "pve_api_timeout",
+    "pve_guest_gpu_api_packages": "pve_api_packages",
+    "pve_guest_gpu_api_runner": "pve_guest_gpu_delegate_to",
+    "pve_guest_gpu_validate_certs": "pve_api_validate_certs",
+    "pve_guest_gpu_ca_path": "pve_api_ca_path",
+    "pve_guest_gpu_node": "pve_api_node",
+}
+# The keys inferhost_proxmox holds, and those that moved out of it to role pve_api's variables.
+PROXMOX_KEYS = ("container_vmid", "vm_vmid")
+PROXMOX_MOVED = {
+    "api_host": "pve_api_host",
+    "api_port": "pve_api_port",
+    "api_user": "pve_api_user",
+    "api_password": "pve_api_password",
+    "verify_ssl": "pve_api_validate_certs",
+    "ca_file": "pve_api_ca_path",
+    "node": "pve_api_node",
 }
 
 SECRET_NAME = re.compile(r"^vault_|password|passwd|token|api_key|secret", re.I)
@@ -485,6 +527,15 @@ class Checker:
         for name in sorted(view.names):
             if name.startswith("__") or not name.startswith((PROJECT_PREFIX, *ROLE_PREFIXES)):
                 continue
+            if name in RENAMED:
+                self.refuse(
+                    host,
+                    name,
+                    self.shown(self.value(host, name, None), name),
+                    "a variable some role declares (the roles read this one no more)",
+                    f"rename it to {RENAMED[name]} (docs/roles/)",
+                )
+                continue
             if name in self.known:
                 continue
             close = difflib.get_close_matches(name, sorted(self.known), n=1, cutoff=0.6)
@@ -683,7 +734,7 @@ class Checker:
                 host,
                 "inferhost_proxmox",
                 self.shown(proxmox),
-                "a mapping (api_host, api_user, api_password, node, container_vmid, vm_vmid, ...)",
+                "a mapping with container_vmid and vm_vmid",
                 "copy group_vars/all/proxmox.yml from inventory/example and set its CHANGE lines",
             )
             return
@@ -706,13 +757,14 @@ class Checker:
                 f"the VM's id, not the container's ({ct})",
                 "inferhost_proxmox.vm_vmid: the VM's id from `qm list` on the host",
             )
-        if not proxmox.get("node"):
+        for key in sorted(set(proxmox) - set(PROXMOX_KEYS)):
+            moved = PROXMOX_MOVED.get(key)
             self.refuse(
                 host,
-                "inferhost_proxmox.node",
-                self.shown(proxmox.get("node", UNSET)),
-                "the node name (`hostname` of the Proxmox host)",
-                "inferhost_proxmox.node: the output of `hostname` on the host",
+                f"inferhost_proxmox.{key}",
+                self.shown(proxmox[key], key),
+                f"only {' and '.join(PROXMOX_KEYS)} in inferhost_proxmox",
+                f"move it to {moved} (group_vars/pve_hosts/pve_api.yml)" if moved else f"remove {key}",
             )
 
     def check_host_gpus(self, host):
@@ -784,6 +836,7 @@ class Checker:
             "python_env": self._check_python_env,
             "cuda_toolkit": self._check_cuda_toolkit,
             "pve_host_gpu": self._check_pve_host_gpu,
+            "pve_api": self._check_pve_api,
             "gpu_switch": self._check_gpu_switch,
             "pve_guest_gpu": self._check_pve_guest_gpu,
         }
@@ -1014,19 +1067,23 @@ class Checker:
                 "the GPUs named one way: gpu_switch_gpus or gpu_switch_gpu_match, exactly one",
                 "gpu_switch_gpus: \"{{ inferhost_gpus | map(attribute='address') | list }}\", no gpu_switch_gpu_match",
             )
-        if self.value(host, "gpu_switch_proxmox_token_name", "") in ("", None):
-            self._password(host, "gpu_switch_proxmox_password")
+        # gpu-switch logs in over https whatever pve_api_backend says.
+        self._secret(host)
         attach = self.value(host, "gpu_switch_attach_hookscripts", True)
-        user = self.value(host, "gpu_switch_proxmox_user", "root@pam")
-        token = self.value(host, "gpu_switch_proxmox_token_name", "")
+        user = self.value(host, "pve_api_user", "root@pam")
+        token = self.value(host, "pve_api_token_id", "")
         if attach is True and (user != "root@pam" or token):
             self.refuse(
                 host,
-                "gpu_switch_proxmox_user",
+                "pve_api_user",
                 self.shown(user),
                 "root@pam with a password (only root@pam may set hookscripts, devN and raw hostpciN)",
-                "gpu_switch_proxmox_user: root@pam and no gpu_switch_proxmox_token_name",
+                "pve_api_user: root@pam and no pve_api_token_id",
             )
+
+    def _check_pve_api(self, host):
+        if self.value(host, "pve_api_backend", "https") == "https":
+            self._secret(host)
 
     def _check_pve_guest_gpu(self, host):
         containers = self.value(host, "pve_guest_gpu_containers", [])
@@ -1076,22 +1133,27 @@ class Checker:
                         "gpus: all",
                         root=name,
                     )
-        backend = self.value(host, "pve_guest_gpu_api_backend", "https")
-        token = self.value(host, "pve_guest_gpu_api_token_id", "")
-        if (containers or vms) and backend == "https" and not token:
-            self._password(host, "pve_guest_gpu_api_password")
 
-    def _password(self, host, name):
-        """A password the role sends to the Proxmox API: it must be there (its value is never shown)."""
-        if self.value(host, name, "") in ("", None):
+    def _secret(self, host):
+        """The password (or, with a token, its secret) the roles send to the Proxmox API: it must be there (its
+        value is never shown)."""
+        token = self.value(host, "pve_api_token_id", "")
+        name = "pve_api_token_secret" if token else "pve_api_password"
+        if self.value(host, name, "") not in ("", None):
+            return
+        if token:
             self.refuse(
-                host,
-                name,
-                "nothing (empty)",
-                "root@pam's password for the Proxmox API",
-                "put vault_proxmox_password in an encrypted inventory/<site>/group_vars/all/vault.yml "
-                "(ansible-vault create; README, Secrets), or export PROXMOX_PASSWORD",
+                host, name, "nothing (empty)", "the secret of pve_api_token_id", f"set {name} from Ansible Vault"
             )
+            return
+        self.refuse(
+            host,
+            name,
+            "nothing (empty)",
+            "root@pam's password for the Proxmox API",
+            "put vault_proxmox_password in an encrypted inventory/<site>/group_vars/all/vault.yml "
+            "(ansible-vault create; README, Secrets), or export PROXMOX_PASSWORD",
+        )
 
     def check_services(self, host):
         if "inference_service" not in self.roles.get(host, []):

@@ -12,7 +12,8 @@ short_description: Try the Proxmox VE API login before a role stores or uses the
 description:
   - Logs in to the PVE API with the given credentials and reads the API version, nothing else.
   - A refused login fails naming O(variable), the inventory variable the password comes from, so that a wrong
-    password is refused before it is written anywhere (gpu-switch's password file) or used for a change.
+    password is refused before it is written anywhere (gpu-switch's password file) or used for a change (role
+    pve_api runs it before the roles that use the API).
   - With O(api_backend=local) (pvesh on the node) there is no login to try; it returns at once.
   - Read-only; runs the same in check mode.
 options:
@@ -29,10 +30,10 @@ author: inferhost contributors
 EXAMPLES = r"""
 - name: Try the Proxmox login before storing the password
   pve_api_login:
-    variable: gpu_switch_proxmox_password
+    variable: pve_api_password
     api_host: 127.0.0.1
     api_user: root@pam
-    api_password: "{{ gpu_switch_proxmox_password }}"
+    api_password: "{{ pve_api_password }}"
     ca_path: /etc/pve/pve-root-ca.pem
   no_log: true
 """

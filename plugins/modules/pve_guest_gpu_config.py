@@ -420,9 +420,9 @@ def main():
     try:
         runner.api.log_in()
     except Exception as exc:  # noqa: BLE001 - login failures become a message
-        # The role's variable is named: the password comes from the inventory through it.
+        # The inventory variable is named: the password comes from the inventory through it (role pve_api).
         module.fail_json(
-            msg=f"pve_guest_gpu_api_password: could not log in to the PVE API at {login.host}:{login.port} as "
+            msg=f"pve_api_password: could not log in to the PVE API at {login.host}:{login.port} as "
             f"{login.who}: {error_text(exc)}. Nothing was changed; set the right password in the inventory (in "
             "inventory/example, vault_proxmox_password in the vault file)."
         )

@@ -34,26 +34,30 @@ def pve(fakepve):
 
 @pytest.fixture
 def play(pve, fakepve_cafile, tmp_path):
-    def run(*extra, **role_vars):
+    def run(*extra, **given):
         role = {
             "role": "pve_guest_gpu",
             "pve_guest_gpu_gpus": GPUS,
             "pve_guest_gpu_containers": [{"vmid": 101}],
             "pve_guest_gpu_vms": [{"vmid": 201}],
-            "pve_guest_gpu_node": "pve1",
-            "pve_guest_gpu_api_host": pve.host,
-            "pve_guest_gpu_api_port": pve.port,
-            "pve_guest_gpu_api_password": "secret",
-            "pve_guest_gpu_ca_path": fakepve_cafile,
             "pve_guest_gpu_ct_method": "devN",
+            **{k: v for k, v in given.items() if not k.startswith("pve_api_")},
+        }
+        # The connection is role pve_api's (the role's dependency), set as an inventory sets it: a role's
+        # parameters are checked against its own argument spec only.
+        connection = {
+            "pve_api_node": "pve1",
+            "pve_api_host": pve.host,
+            "pve_api_port": pve.port,
+            "pve_api_password": "secret",
+            "pve_api_ca_path": fakepve_cafile,
             # The "host" here is this machine, whose Python (this environment) has the API client already.
-            "pve_guest_gpu_api_packages": [],
-            **role_vars,
+            "pve_api_packages": [],
+            **{k: v for k, v in given.items() if k.startswith("pve_api_")},
         }
         path = tmp_path / "play.yml"
-        path.write_text(
-            yaml.safe_dump([{"name": "Wire the GPUs", "hosts": "localhost", "gather_facts": False, "roles": [role]}])
-        )
+        play = {"name": "Wire the GPUs", "hosts": "localhost", "gather_facts": False, "vars": connection}
+        path.write_text(yaml.safe_dump([{**play, "roles": [role]}]))
         proc = run_playbook(path, *extra)
         recap = re.search(r"localhost\s+:\s+ok=\d+\s+changed=(\d+)\s+unreachable=\d+\s+failed=(\d+)", proc.stdout)
         assert recap, proc.stdout[-3000:] + proc.stderr[-2000:]
@@ -111,6 +115,15 @@ def test_a_gpu_the_host_does_not_have_stops_in_preflight(pve, play):
 
 
 def test_https_without_a_password_says_what_to_use(pve, play):
-    changed, failed, out = play(pve_guest_gpu_api_password="")
+    changed, failed, out = play(pve_api_password="")
     assert (changed, failed) == (0, 1)
-    assert "pve_guest_gpu_api_password is empty" in out and "pve_guest_gpu_api_backend: local" in out
+    assert "pve_api_password is empty" in out and "pve_api_backend: local" in out
+
+
+def test_a_wrong_password_is_refused_naming_its_variable_before_any_change(pve, play):
+    before = dict(pve.ct(101).config), dict(pve.vm(201).config)
+    changed, failed, out = play(pve_api_password="wrong-canary-3b7e")
+    assert (changed, failed) == (0, 1)
+    assert "pve_api_password: root@pam could not log in" in out and "login | Try the Proxmox login" in out
+    assert "wrong-canary-3b7e" not in out
+    assert (pve.ct(101).config, pve.vm(201).config) == before

@@ -134,7 +134,8 @@ def _on(lab, host: str, command: str) -> str:
 
 @pytest.mark.parametrize(
     ("tags", "variable"),
-    [(None, "pve_guest_gpu_api_password"), ("role::gpu_switch", "gpu_switch_proxmox_password")],
+    # Alone, gpu_switch still runs its dependency pve_api, which tries the login.
+    [(None, "pve_api_password"), ("role::gpu_switch", "pve_api_password")],
 )
 def test_a_wrong_proxmox_password_is_refused_before_it_is_stored(lab, deployed, tags, variable):
     """The login is tried first: the run fails naming the variable, the host's password file and the guests'

@@ -46,6 +46,7 @@ PROXMOX = "group_vars/all/proxmox.yml"
 LABFILE = "group_vars/all/lab.yml"
 HARDWARE = "host_vars/lab-pve/hardware.yml"
 SWITCH = "group_vars/pve_hosts/gpu_switch.yml"
+API = "group_vars/pve_hosts/pve_api.yml"
 GUEST_GPU = "group_vars/pve_hosts/pve_guest_gpu.yml"
 HOST_GPU = "group_vars/pve_hosts/pve_host_gpu.yml"
 
@@ -167,11 +168,14 @@ CASES = [
     Case("pve-host-unknown", GUEST, put("inferhost_pve_host", "lab-pv"), "inferhost_pve_host"),
     Case("guest-ids-equal", PROXMOX, proxmox(vm_vmid=101), "inferhost_proxmox.vm_vmid"),
     Case("guest-id-small", PROXMOX, proxmox(container_vmid=42), "inferhost_proxmox.container_vmid"),
-    Case("password-empty", LABFILE, lambda d: d["lab_proxmox"].update(password=""), "pve_guest_gpu_api_password"),
+    Case("password-empty", LABFILE, lambda d: d["lab_proxmox"].update(password=""), "pve_api_password"),
+    Case("removed-name", SWITCH, put("gpu_switch_proxmox_verify_ssl", True), "rename it to pve_api_validate_certs"),
+    Case("connection-left-in-proxmox", PROXMOX, proxmox(node="pve1"), "move it to pve_api_node"),
     Case("switch-gpu-not-on-host", SWITCH, put("gpu_switch_gpus", ["0000:01:00.0", "0000:09:00.0"]), "gpu_switch_gpus[1]"),
     Case("switch-gpu-twice", SWITCH, put("gpu_switch_gpus", ["0000:01:00.0", "0000:01:00.0"]), "gpu_switch_gpus[1]"),
     Case("switch-timeouts-type", SWITCH, put("gpu_switch_timeouts", "fast"), "gpu_switch_timeouts"),
-    Case("switch-user-not-root", SWITCH, put("gpu_switch_proxmox_user", "admin@pve"), "gpu_switch_proxmox_user"),
+    Case("api-user-not-root", API, put("pve_api_user", "admin@pve"), "pve_api_user"),
+    Case("api-node-missing", API, lambda d: d.pop("pve_api_node"), "pve_api_node"),
     Case("vm-gpu-unknown", GUEST_GPU, lambda d: d["pve_guest_gpu_vms"][0].update(gpus=["0000:42:00.0"]), "pve_guest_gpu_vms[0].gpus"),
     Case("ct-vmid-invalid", GUEST_GPU, lambda d: d["pve_guest_gpu_containers"][0].update(vmid=5), "pve_guest_gpu_containers[0].vmid"),
     Case("bootloader-choice", HOST_GPU, put("pve_host_gpu_bootloader", "lilo"), "pve_host_gpu_bootloader"),

@@ -117,8 +117,9 @@ def test_the_fake_api_serves_the_guests_the_inventory_names(inventories):
     hv = lab[first_host(lab_listing, "pve_hosts")]
     fake, px = hv["lab_proxmox"], hv["inferhost_proxmox"]
     assert (fake["node"], fake["container"]["vmid"], fake["vm"]["vmid"]) == (
-        px["node"],
+        hv["pve_api_node"],
         px["container_vmid"],
         px["vm_vmid"],
     )
-    assert (fake["host"], fake["port"]) == (hv["ansible_host"], px["api_port"])
+    # The host reaches the fake where a PVE host reaches its own API, as the same user.
+    assert (fake["host"], fake["port"], fake["user"]) == (hv["pve_api_host"], hv["pve_api_port"], hv["pve_api_user"])

@@ -2,7 +2,8 @@
 
 The role builds the file as one mapping (tasks/config.yml, the set_fact of __gpu_switch_config). Every key
 it writes is a field of the schema; every field but those in NOT_WRITTEN is written. A field's role variable
-is the first public variable its value names; its argument spec (meta/argument_specs.yml) has the field's
+is the first public variable its value names, the role's own or, for the Proxmox connection, that of role
+pve_api (its dependency); that variable's argument spec (the role's meta/argument_specs.yml) has the field's
 type, default, choices and requiredness, field by field where a whole section comes from one mapping. And
 the role's own template task writes what check-config accepts, and refuses a bad file before it is in place.
 """
@@ -22,7 +23,9 @@ from localhost import run_playbook
 
 ROOT = Path(__file__).resolve().parents[3]
 ROLE = ROOT / "roles" / "gpu_switch"
-PUBLIC = re.compile(r"(?<!\w)gpu_switch_\w+")
+# The role's dependency, whose variables hold the Proxmox connection settings.
+API_ROLE = ROOT / "roles" / "pve_api"
+PUBLIC = re.compile(r"(?<!\w)(?:gpu_switch|pve_api)_\w+")
 INTERNAL = re.compile(r"(?<!\w)__gpu_switch_\w+")
 
 # Fields the role does not write, and why.
@@ -55,8 +58,11 @@ def role_mapping() -> dict:
 
 
 def spec_options() -> dict:
-    spec = yaml.safe_load((ROLE / "meta" / "argument_specs.yml").read_text())
-    return spec["argument_specs"]["main"]["options"]
+    options = {}
+    for role in (API_ROLE, ROLE):
+        spec = yaml.safe_load((role / "meta" / "argument_specs.yml").read_text())
+        options.update(spec["argument_specs"]["main"]["options"])
+    return options
 
 
 def written(mapping: dict, section: Section = SCHEMA, where: str = ""):
@@ -156,8 +162,8 @@ def test_each_field_has_its_role_variable_with_the_schemas_type_default_and_choi
 # --- the role's own tasks, run on this machine ---------------------------------------------------------
 
 REQUIRED = {
-    "gpu_switch_proxmox_password": "secret",
-    "gpu_switch_proxmox_node": "pve1",
+    "pve_api_password": "secret",
+    "pve_api_node": "pve1",
     "gpu_switch_container_vmid": 101,
     "gpu_switch_vm_vmid": 201,
 }
@@ -165,9 +171,10 @@ VARIANTS = {
     "by-address": {"gpu_switch_gpus": ["0000:01:00.0", "0000:02:00.0"]},
     "by-match": {
         "gpu_switch_gpu_match": {"vendor": "0x10de", "class": "0x0300"},
-        "gpu_switch_proxmox_user": "gpu-switch@pve",
-        "gpu_switch_proxmox_token_name": "switch",
-        "gpu_switch_proxmox_verify_ssl": False,
+        "pve_api_user": "gpu-switch@pve",
+        "pve_api_token_id": "switch",
+        "pve_api_token_secret": "token-secret",
+        "pve_api_validate_certs": False,
         "gpu_switch_persistenced_unit": "",
         "gpu_switch_timeouts": {"shutdown": 30},
         "gpu_switch_parallel": True,
@@ -191,7 +198,10 @@ def converged(tmp_path_factory):
     command = tmp / "gpu-switch"  # runs the role's wrapper with this Python, over this checkout's package
     command.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{tmp}/wrapper.py" "$@"\n')
     command.chmod(command.stat().st_mode | stat.S_IXUSR)
-    defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+    defaults = {
+        **yaml.safe_load((API_ROLE / "defaults" / "main.yml").read_text()),
+        **yaml.safe_load((ROLE / "defaults" / "main.yml").read_text()),
+    }
     tasks = yaml.safe_load((ROLE / "tasks" / "config.yml").read_text())
     build = next(t for t in tasks if "__gpu_switch_config" in t.get("ansible.builtin.set_fact", {}))
     write = {**role_task(ROLE / "tasks" / "config.yml", "config.yml.j2"), "ignore_errors": True}

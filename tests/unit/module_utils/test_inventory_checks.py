@@ -19,7 +19,7 @@ def load_roles():
 
 SPECS, DECLARED = load_roles()
 ROLE_MAP = {
-    "pve": ["pve_host_gpu", "pve_guest_gpu", "gpu_switch"],
+    "pve": ["pve_host_gpu", "pve_api", "pve_guest_gpu", "gpu_switch"],
     "ct": ["nvidia_userspace", "cuda_toolkit", "python_env", "source_build", "nccl_tuning", "inference_service"],
 }
 GPUS = [{"address": f"0000:0{n + 1}:00.0", "numa_node": n // 4} for n in range(8)]
@@ -27,8 +27,8 @@ GPUS = [{"address": f"0000:0{n + 1}:00.0", "numa_node": n // 4} for n in range(8
 PVE = {
     "inferhost_gpus": GPUS,
     "pve_host_gpu_driver_version": "590.48.01",
-    "gpu_switch_proxmox_password": "pw-1234",
-    "gpu_switch_proxmox_node": "pve1",
+    "pve_api_password": "pw-1234",
+    "pve_api_node": "pve1",
     "gpu_switch_container_vmid": 101,
     "gpu_switch_vm_vmid": 201,
     "gpu_switch_gpus": [g["address"] for g in GPUS],
@@ -78,6 +78,59 @@ def test_a_misspelt_variable_is_refused_with_the_closest_name():
     found = only(problems(ct={"inference_service_activ": "qwen35"}))
     assert found.variable == "inference_service_activ"
     assert found.fix == "rename it to inference_service_active"
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("gpu_switch_proxmox_verify_ssl", "pve_api_validate_certs"),
+        ("pve_guest_gpu_ca_path", "pve_api_ca_path"),
+        ("gpu_switch_proxmox_password", "pve_api_password"),
+        ("pve_guest_gpu_api_runner", "pve_guest_gpu_delegate_to"),
+    ],
+)
+def test_a_removed_name_is_refused_naming_the_variable_that_replaced_it(old, new):
+    found = only(problems(pve={old: "pw-1234" if "password" in old else True}))
+    assert found.variable == old and found.fix.startswith(f"rename it to {new} ")
+    assert "pw-1234" not in found.line()
+
+
+def test_every_removed_name_points_at_a_declared_variable():
+    for new in checks.RENAMED.values():
+        assert new.split()[0] in DECLARED, new
+    assert not set(checks.RENAMED) & DECLARED, "a renamed variable is still declared by a role"
+    assert set(checks.PROXMOX_MOVED.values()) <= DECLARED
+
+
+def test_a_connection_setting_left_in_inferhost_proxmox_is_moved_to_pve_api():
+    proxmox = {"container_vmid": 101, "vm_vmid": 201, "verify_ssl": True, "api_password": "pw-1234", "extra": 1}
+    found = problems(pve={"inferhost_proxmox": proxmox})
+    fixes = {p.variable: p.fix for p in found}
+    assert fixes == {
+        "inferhost_proxmox.api_password": "move it to pve_api_password (group_vars/pve_hosts/pve_api.yml)",
+        "inferhost_proxmox.extra": "remove extra",
+        "inferhost_proxmox.verify_ssl": "move it to pve_api_validate_certs (group_vars/pve_hosts/pve_api.yml)",
+    }
+    assert "pw-1234" not in "\n".join(p.line() for p in found)
+
+
+def test_the_api_secret_is_required_once_for_both_roles():
+    found = only(problems(pve={"pve_api_password": ""}))
+    assert found.variable == "pve_api_password" and "vault_proxmox_password" in found.fix
+    found = only(
+        problems(pve={"pve_api_token_id": "switch", "pve_api_user": "root@pam", "gpu_switch_attach_hookscripts": False})
+    )
+    assert found.variable == "pve_api_token_secret"
+
+
+def test_gpu_switch_needs_the_password_even_where_the_modules_use_pvesh():
+    found = only(problems(pve={"pve_api_password": "", "pve_api_backend": "local"}))
+    assert found.variable == "pve_api_password"
+
+
+def test_hookscripts_need_root_at_pam():
+    found = only(problems(pve={"pve_api_user": "admin@pve"}))
+    assert found.variable == "pve_api_user" and "root@pam" in found.fix
 
 
 def test_private_and_unprefixed_names_are_not_checked():
@@ -158,9 +211,9 @@ def test_a_template_failure_caused_by_a_misspelt_name_is_not_a_second_problem():
     views = {
         "pve": checks.HostView(
             "pve",
-            ["inferhost_gpu", "gpu_switch_gpus", "gpu_switch_proxmox_password"],
+            ["inferhost_gpu", "gpu_switch_gpus", "pve_api_password"],
             lambda n: (
-                {"inferhost_gpu": GPUS, "gpu_switch_proxmox_password": "x"}.get(n)
+                {"inferhost_gpu": GPUS, "pve_api_password": "x"}.get(n)
                 if n != "gpu_switch_gpus"
                 else (_ for _ in ()).throw(failing)
             ),

@@ -42,6 +42,9 @@ def run(tmp_path):
             "name": "Wire the GPUs into a container the old way",
             "hosts": "localhost",
             "gather_facts": False,
+            # The connection, role pve_api's (the role's dependency), as an inventory sets it. This machine
+            # installs nothing: the raw method asks no API.
+            "vars": {"pve_api_node": "pve1", "pve_api_backend": "local", "pve_api_packages": []},
             "roles": [
                 {
                     "role": "pve_guest_gpu",
@@ -50,8 +53,6 @@ def run(tmp_path):
                     "pve_guest_gpu_ct_method": "raw",
                     "pve_guest_gpu_lxc_conf_dir": str(conf_dir),
                     "pve_guest_gpu_proc_root": str(proc),
-                    "pve_guest_gpu_node": "pve1",
-                    "pve_guest_gpu_api_backend": "local",
                 }
             ],
         }
