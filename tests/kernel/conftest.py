@@ -4,6 +4,10 @@ The machine has three PCI network functions: the management NIC (virtio-net, fix
 of it with the same vendor:device id (the stand-in for eight identical GPUs: rebinding one must never
 touch the other), and an e1000. Each sits in its own IOMMU group. Nothing here touches this machine's
 own PCI devices.
+
+One machine serves every module of the layer: a boot under software emulation is its largest fixed cost.
+It also carries test_host_vfio's devices (two display functions, one of them behind a PCI bridge with an
+rtl8139); that module reboots the machine into the boot configuration the role wrote, so it runs last.
 """
 
 from __future__ import annotations
@@ -23,6 +27,16 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 CACHE = ROOT / ".cache" / "kernel"
 MGMT_MAC = "52:54:00:00:00:10"
+# QEMU's std VGA (1234:1111), a display-class function as a GPU is: one alone on the root bus, one behind a
+# conventional PCI bridge that it shares with an rtl8139, whose functions the IOMMU cannot tell apart.
+STANDIN_GPUS = (
+    *("-device", "VGA"),
+    *("-device", "pci-bridge,id=shared,chassis_nr=1"),
+    *("-device", "VGA,bus=shared,addr=1"),
+    *("-device", "rtl8139,bus=shared,addr=2,netdev=foreign", "-netdev", "user,id=foreign,restrict=on"),
+)
+# Modules that leave the machine in another boot configuration: they run after the others.
+RUN_LAST = ("test_host_vfio.py",)
 TWIN_MAC = "52:54:00:00:00:20"
 
 pytestmark = pytest.mark.kernel
@@ -171,9 +185,19 @@ def kernel_image() -> Path:
     return CACHE
 
 
-@pytest.fixture(scope="module")
+def pytest_collection_modifyitems(items):
+    """Within this layer's tests (the positions they hold in the run), RUN_LAST's modules go after the others."""
+    here = Path(__file__).parent
+    positions = [i for i, item in enumerate(items) if item.path.parent == here]
+    ordered = sorted((items[i] for i in positions), key=lambda item: item.path.name in RUN_LAST)
+    for position, item in zip(positions, ordered, strict=True):
+        items[position] = item
+
+
+# Package scope: the machine stops when the layer's last test is done, not at the end of the whole run.
+@pytest.fixture(scope="package")
 def vm(kernel_image, tmp_path_factory):
-    machine = KernelVM(tmp_path_factory.mktemp("kernel-vm"))
+    machine = KernelVM(tmp_path_factory.mktemp("kernel-vm"), STANDIN_GPUS)
     machine.start()
     yield machine
     machine.stop()

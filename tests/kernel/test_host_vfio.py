@@ -5,8 +5,9 @@ The role runs through ansible-playbook over ssh into the QEMU machine: its prefl
 module configuration (modprobe.d, modules-load.d, the initramfs update in its handler). QEMU cannot
 present NVIDIA's vendor id, so the GPUs are emulated display devices (std VGA, 1234:1111) and the probe is
 told their vendor. One sits alone in its IOMMU group; the other sits with an rtl8139 behind a conventional
-PCI bridge, whose devices the IOMMU cannot tell apart, so all three share a group. The vfio binding is made
-for the e1000's id.
+PCI bridge, whose devices the IOMMU cannot tell apart, so all three share a group (conftest.STANDIN_GPUS,
+on the layer's one machine). The vfio binding is made for the e1000's id; the reboot that proves it comes
+last in the layer.
 """
 
 from __future__ import annotations
@@ -23,13 +24,6 @@ from .conftest import CACHE, ROOT, KernelVM
 pytestmark = pytest.mark.kernel
 STANDIN_VENDOR = "0x1234"  # QEMU's std VGA: a display-class function, as the probe wants of a GPU
 STANDIN_ID = "8086:100e"  # the e1000's vendor:device, bound to vfio-pci by id
-# A display device alone on the root bus; another behind a PCI bridge that it shares with an rtl8139.
-DEVICES = (
-    *("-device", "VGA"),
-    *("-device", "pci-bridge,id=shared,chassis_nr=1"),
-    *("-device", "VGA,bus=shared,addr=1"),
-    *("-device", "rtl8139,bus=shared,addr=2,netdev=foreign", "-netdev", "user,id=foreign,restrict=on"),
-)
 GROUP_CHECK = "preflight | Check each GPU has its IOMMU group to itself"
 # Puts the e1000 module into the initramfs without loading it, as a host's initramfs can carry its GPU driver:
 # early boot's udev then binds the device to e1000 unless the initramfs carries the role's blacklist.
@@ -41,11 +35,8 @@ manual_add_modules e1000
 
 
 @pytest.fixture(scope="module")
-def machine(kernel_image, tmp_path_factory):
-    vm = KernelVM(tmp_path_factory.mktemp("kernel-vm-host"), DEVICES)
-    vm.start()
-    yield vm
-    vm.stop()
+def machine(vm):
+    return vm
 
 
 def address_of(vm: KernelVM, bus: str, vendor: str, device: str) -> str:
