@@ -43,8 +43,8 @@ def play(pve, fakepve_cafile, tmp_path):
             "pve_guest_gpu_ct_method": "devN",
             **{k: v for k, v in given.items() if not k.startswith("pve_api_")},
         }
-        # The connection is role pve_api's (the role's dependency), set as an inventory sets it: a role's
-        # parameters are checked against its own argument spec only.
+        # The connection is role pve_api's (run first, as playbooks/host.yml does), set as an inventory sets it: a
+        # role's parameters are checked against its own argument spec only.
         connection = {
             "pve_api_node": "pve1",
             "pve_api_host": pve.host,
@@ -57,7 +57,7 @@ def play(pve, fakepve_cafile, tmp_path):
         }
         path = tmp_path / "play.yml"
         play = {"name": "Wire the GPUs", "hosts": "localhost", "gather_facts": False, "vars": connection}
-        path.write_text(yaml.safe_dump([{**play, "roles": [role]}]))
+        path.write_text(yaml.safe_dump([{**play, "roles": [{"role": "pve_api"}, role]}]))
         proc = run_playbook(path, *extra)
         recap = re.search(r"localhost\s+:\s+ok=\d+\s+changed=(\d+)\s+unreachable=\d+\s+failed=(\d+)", proc.stdout)
         assert recap, proc.stdout[-3000:] + proc.stderr[-2000:]

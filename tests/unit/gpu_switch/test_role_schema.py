@@ -3,7 +3,7 @@
 The role builds the file as one mapping (tasks/config.yml, the set_fact of __gpu_switch_config). Every key
 it writes is a field of the schema; every field but those in NOT_WRITTEN is written. A field's role variable
 is the first public variable its value names, the role's own or, for the Proxmox connection, that of role
-pve_api (its dependency); that variable's argument spec (the role's meta/argument_specs.yml) has the field's
+pve_api (run before it in the play); that variable's argument spec (the role's meta/argument_specs.yml) has the field's
 type, default, choices and requiredness, field by field where a whole section comes from one mapping. And
 the role's own template task writes what check-config accepts, and refuses a bad file before it is in place.
 """
@@ -23,7 +23,7 @@ from localhost import run_playbook
 
 ROOT = Path(__file__).resolve().parents[3]
 ROLE = ROOT / "roles" / "gpu_switch"
-# The role's dependency, whose variables hold the Proxmox connection settings.
+# The role run before it in the play, whose variables hold the Proxmox connection settings.
 API_ROLE = ROOT / "roles" / "pve_api"
 PUBLIC = re.compile(r"(?<!\w)(?:gpu_switch|pve_api)_\w+")
 INTERNAL = re.compile(r"(?<!\w)__gpu_switch_\w+")

@@ -42,10 +42,16 @@ def run(tmp_path):
             "name": "Wire the GPUs into a container the old way",
             "hosts": "localhost",
             "gather_facts": False,
-            # The connection, role pve_api's (the role's dependency), as an inventory sets it. This machine
-            # installs nothing: the raw method asks no API.
-            "vars": {"pve_api_node": "pve1", "pve_api_backend": "local", "pve_api_packages": []},
+            # The connection, role pve_api's (run first, as playbooks/host.yml does), as an inventory sets it.
+            # This machine installs nothing and tries no login: the raw method asks no API.
+            "vars": {
+                "pve_api_node": "pve1",
+                "pve_api_backend": "local",
+                "pve_api_packages": [],
+                "pve_api_check_login": False,
+            },
             "roles": [
+                {"role": "pve_api"},
                 {
                     "role": "pve_guest_gpu",
                     "pve_guest_gpu_gpus": GPUS,
@@ -53,7 +59,7 @@ def run(tmp_path):
                     "pve_guest_gpu_ct_method": "raw",
                     "pve_guest_gpu_lxc_conf_dir": str(conf_dir),
                     "pve_guest_gpu_proc_root": str(proc),
-                }
+                },
             ],
         }
     ]
@@ -93,4 +99,17 @@ def test_check_mode_shows_the_lines_and_writes_nothing(run):
     changed, out = go("--check", "--diff")
     assert changed == 1
     assert "+lxc.cgroup2.devices.allow: c 508:* rwm" in out
+    assert conf.read_text() == CONFIG
+
+
+def test_without_pve_api_before_it_the_role_stops_naming_that_role(run, tmp_path):
+    """The connection comes from role pve_api in the same play; a play that leaves it out stops in the preflight,
+    before the container's file is touched."""
+    _, conf = run
+    play = yaml.safe_load((tmp_path / "play.yml").read_text())
+    play[0]["roles"] = [r for r in play[0]["roles"] if r["role"] != "pve_api"]
+    (tmp_path / "alone.yml").write_text(yaml.safe_dump(play))
+    proc = run_playbook(tmp_path / "alone.yml")
+    assert proc.returncode != 0
+    assert "list pve_api before pve_guest_gpu in the same play" in proc.stdout
     assert conf.read_text() == CONFIG
