@@ -50,6 +50,17 @@ def test_the_lab_is_reached_over_ssh_with_its_host_keys_checked(lab):
     assert refused.returncode == 255 and "HOST IDENTIFICATION HAS CHANGED" in refused.stderr
 
 
+# Before the deployment: the lab's machines are fresh until the first test that asks for `deployed`.
+def test_a_fresh_lab_in_check_mode_shows_the_changes(lab):
+    """Against machines that were never converged, --check lists the changes and makes none."""
+    planned = labmod.converge(lab, check=True)
+    assert planned.changed > 0
+    changed_hosts = {line.split(":")[0] for line in planned.changed_tasks}
+    assert {"lab-pve", "lab-ct", "lab-vm"} <= changed_hosts
+    again = labmod.converge(lab, check=True)
+    assert again.changed == planned.changed, "check mode changed something on the machines"
+
+
 def test_the_host_play_on_a_fresh_host_wires_the_guests_and_reports_its_reboot(lab, deployed):
     """host.yml alone on a fresh host: the API module runs on the host, which has no proxmoxer until the role
     installs it, and the play ends with the reasons a reboot is owed for."""
@@ -242,17 +253,3 @@ def test_a_new_engine_release_restarts_the_service_only_once_the_engine_accepts_
     assert _on(lab, "lab-ct", unit_file) == written
     rc, out = _ansible_playbook("playbooks/container.yml", "--tags", "role::inference_service")
     assert rc == 0 and not re.search(r"changed=[1-9]", out), out[-3000:]
-
-
-# Last: it replaces the converged machines with fresh ones, which the tests above rely on.
-def test_a_fresh_lab_in_check_mode_shows_the_changes(lab):
-    """Against machines that were never converged, --check lists the changes and makes none."""
-    labmod.remove_containers(lab)
-    labmod.start_containers(lab)
-    labmod.install_standins(lab)
-    planned = labmod.converge(lab, check=True)
-    assert planned.changed > 0
-    changed_hosts = {line.split(":")[0] for line in planned.changed_tasks}
-    assert {"lab-pve", "lab-ct", "lab-vm"} <= changed_hosts
-    again = labmod.converge(lab, check=True)
-    assert again.changed == planned.changed, "check mode changed something on the machines"
