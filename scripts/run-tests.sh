@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # make test: every test layer, in two streams that share no machine names or ports, so the whole run takes
 # about as long as the longer stream instead of the sum:
-#   containers  static, unit, API contract, molecule  (podman machines named after each scenario)
-#   machines    real engines, real kernel (QEMU), local lab
+#   containers  unit, API contract, molecule  (podman machines named after each scenario)
+#   machines    static, real engines, real kernel (QEMU), local lab
 #               (vLLM and SGLang from PyPI in .cache/engines; QEMU on free ports; podman machines inferhost-*)
+# The static layer (no machine at all) sits in the second stream to even out the two: molecule alone is about
+# as long as the real-kernel and lab layers together.
 # The second stream's output is kept in .cache/test-logs/machines.log and printed when both are done.
 # Extra arguments go to both pytest runs (for example -x). Exit status: the first stream's failure wins.
 set -uo pipefail
@@ -12,18 +14,18 @@ pytest=.venv/bin/pytest
 logs=.cache/test-logs
 mkdir -p "$logs"
 
-"$pytest" tests/engines tests/kernel tests/lab "$@" >"$logs/machines.log" 2>&1 &
+"$pytest" tests/static tests/engines tests/kernel tests/lab "$@" >"$logs/machines.log" 2>&1 &
 machines=$!
 trap 'kill "$machines" 2>/dev/null' INT TERM
 
-echo "make test: real engine, real kernel and lab layers run alongside; their log: $logs/machines.log"
-"$pytest" tests/static tests/unit tests/api tests/molecule "$@" 2>&1 | tee "$logs/containers.log"
+echo "make test: static, real engine, real kernel and lab layers run alongside; their log: $logs/machines.log"
+"$pytest" tests/unit tests/api tests/molecule "$@" 2>&1 | tee "$logs/containers.log"
 rc_containers=${PIPESTATUS[0]}
 wait "$machines"
 rc_machines=$?
 
 echo
-echo "================ real engine, real kernel and lab layers ($logs/machines.log) ================"
+echo "================ static, real engine, real kernel and lab layers ($logs/machines.log) ================"
 cat "$logs/machines.log"
 
 verdict() {  # name rc log: pytest's closing line, or why there is none
@@ -33,8 +35,8 @@ verdict() {  # name rc log: pytest's closing line, or why there is none
   echo "$1: ${line:-no summary (rc $2)}"
 }
 echo
-echo "make test: $(verdict 'static, unit, API, molecule' "$rc_containers" "$logs/containers.log")"
-echo "make test: $(verdict 'real engines, real kernel, lab' "$rc_machines" "$logs/machines.log")"
+echo "make test: $(verdict 'unit, API, molecule' "$rc_containers" "$logs/containers.log")"
+echo "make test: $(verdict 'static, real engines, real kernel, lab' "$rc_machines" "$logs/machines.log")"
 if [ "$rc_containers" = 0 ] && [ "$rc_machines" = 0 ]; then
   echo "make test: PASSED, every layer"
   exit 0
