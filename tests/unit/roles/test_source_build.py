@@ -13,8 +13,8 @@ PREREQUISITES = yaml.safe_load((ROLE / "tasks/prerequisites.yml").read_text())
 
 def installed(**variables):
     """The package list the prerequisites task hands to apt, for the defaults overridden by ``variables``."""
-    task = next(t for t in PREREQUISITES if "ansible.builtin.apt" in t)
-    expression = task["ansible.builtin.apt"]["name"]
+    task = next(t for t in PREREQUISITES if "apt_present" in t)
+    expression = task["apt_present"]["name"]
     assert expression == "{{ __source_build_system_packages }}"
     # Ansible's unique gives a list, Jinja's a generator.
     return list(
