@@ -1,10 +1,10 @@
 # SPDX-License-Identifier: Apache-2.0
 """Install Debian packages with apt only when dpkg says that something is missing.
 
-The module of the same name (plugins/modules/apt_present.py) asks dpkg on the target which of the
-specifications are not installed; only then is ansible.builtin.apt called, with the same list and options, and
-its result is the task's. A converge with nothing to install so costs one quick module call instead of apt
-opening its whole cache (two to four seconds a task on every run).
+The module dpkg_installed asks dpkg on the target which of the specifications are not installed; only then is
+ansible.builtin.apt called, with the same list and options, and its result is the task's. A converge with
+nothing to install so costs one quick module call instead of apt opening its whole cache (two to four seconds a
+task on every run).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ class ActionModule(ActionBase):
             names = [part for part in names.split(",") if part.strip()]
         if not names:
             raise AnsibleActionFail("apt_present needs name: the packages to install")
-        query = self._execute_module(module_name="apt_present", module_args={"name": names}, task_vars=task_vars)
+        query = self._execute_module(module_name="dpkg_installed", module_args={"name": names}, task_vars=task_vars)
         if query.get("failed"):
             return {**result, **query}
         missing = query.get("missing", [])

@@ -33,7 +33,7 @@ def install(args, reports):
 
 def test_nothing_missing_calls_no_apt():
     result, calls = install({"name": ["git", "gcc"]}, [{"changed": False, "missing": [], "installed": {"git": "1"}}])
-    assert calls == [("apt_present", {"name": ["git", "gcc"]})]
+    assert calls == [("dpkg_installed", {"name": ["git", "gcc"]})]
     assert result["changed"] is False and result["missing"] == []
 
 

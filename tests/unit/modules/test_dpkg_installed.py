@@ -1,11 +1,11 @@
-"""apt_present's module: which specifications dpkg has installed as specified (the action: tests/unit/action)."""
+"""dpkg_installed: which specifications dpkg has installed as specified (its caller apt_present: tests/unit/action)."""
 
 import shutil
 
 import pytest
 from module_runner import load_module, run_module
 
-MODULE = load_module("apt_present")
+MODULE = load_module("dpkg_installed")
 
 ROWS = [  # name, architecture, version, dpkg status
     ("libnvidia-compute-590", "amd64", "590.48.01-0ubuntu1", "hi "),
