@@ -7,9 +7,11 @@ inactive service rewrites the active unit's ``Conflicts=`` line. That line is a 
 reference host). Everything else in a unit does need one.
 
 The comment line right above a ``Conflicts=`` line goes with it (the template writes both or neither).
-``{{ results | inference_units_to_restart }}`` takes the registered loop results of the template task (run
-with ``diff: true``) and gives the names (``inference_service_unit.name``) of the units that changed beyond
-their ``Conflicts=`` lines. A changed unit without a diff (a new file) counts as changed.
+``{{ result | inference_units_to_restart(services, unit_dir) }}`` takes the registered result of the
+config_files task that writes the units (run with ``diff: true``), the services of the plan (``name`` and
+``unit``) and the directory of the units, and gives the names of the services whose unit changed beyond its
+``Conflicts=`` lines. A changed unit without a text diff (a new file, or a change of mode or owner) counts as
+changed.
 """
 
 from __future__ import annotations
@@ -31,23 +33,41 @@ def _without_reload_only_lines(text):
     return kept
 
 
-def needs_restart(result):
-    """True when the template result changed the unit beyond lines a daemon-reload applies."""
-    if not result.get("changed"):
-        return False
-    diffs = result.get("diff")
-    if not diffs:
+def _diff_path(diff):
+    """The path of one config_files diff entry: the header of a text diff, the path of an attribute diff."""
+    if "before_header" in diff:
+        return diff["before_header"]
+    for side in ("after", "before"):
+        if isinstance(diff.get(side), dict) and "path" in diff[side]:
+            return diff[side]["path"]
+    return None
+
+
+def needs_restart(path, diffs):
+    """True when the changed unit at path changed beyond lines a daemon-reload applies."""
+    mine = [diff for diff in diffs if _diff_path(diff) == path]
+    if not mine:
         return True
-    for diff in diffs if isinstance(diffs, list) else [diffs]:
-        if "before" not in diff or "after" not in diff:
+    for diff in mine:
+        before, after = diff.get("before"), diff.get("after")
+        if not isinstance(before, str) or not isinstance(after, str):
             return True
-        if _without_reload_only_lines(diff["before"]) != _without_reload_only_lines(diff["after"]):
+        if _without_reload_only_lines(before) != _without_reload_only_lines(after):
             return True
     return False
 
 
-def inference_units_to_restart(results):
-    return [r["inference_service_unit"]["name"] for r in results or [] if needs_restart(r)]
+def inference_units_to_restart(result, services, unit_dir):
+    changed = set((result or {}).get("changed_paths") or [])
+    diffs = (result or {}).get("diff") or []
+    if isinstance(diffs, dict):
+        diffs = [diffs]
+    names = []
+    for service in services or []:
+        path = f"{unit_dir.rstrip('/')}/{service['unit']}"
+        if path in changed and needs_restart(path, diffs):
+            names.append(service["name"])
+    return names
 
 
 class FilterModule:

@@ -185,9 +185,18 @@ VARIANTS = {
 
 
 def role_task(path: Path, src: str) -> dict:
-    task = next(t for t in yaml.safe_load(path.read_text()) if t.get("ansible.builtin.template", {}).get("src") == src)
-    args = {k: v for k, v in task["ansible.builtin.template"].items() if k not in ("owner", "group")}
-    return {**task, "ansible.builtin.template": {**args, "src": str(ROLE / "templates" / src)}}
+    """The role's task that renders templates/src, as an ansible.builtin.template task (a config_files task
+    renders it with the template lookup, byte for byte the same)."""
+    for task in yaml.safe_load(path.read_text()):
+        if task.get("ansible.builtin.template", {}).get("src") == src:
+            args = {k: v for k, v in task["ansible.builtin.template"].items() if k not in ("owner", "group")}
+            return {**task, "ansible.builtin.template": {**args, "src": str(ROLE / "templates" / src)}}
+        for entry in task.get("config_files", {}).get("files", []):
+            if f"'{src}'" in entry["content"]:
+                mode = task["config_files"]["mode"]
+                args = {"src": str(ROLE / "templates" / src), "dest": entry["dest"], "mode": mode}
+                return {"name": task["name"], "ansible.builtin.template": args}
+    raise LookupError(f"{path} renders no {src}")
 
 
 @pytest.fixture(scope="module")
