@@ -33,7 +33,9 @@ description:
     UTF-8.
   - All input is checked before anything changes. A relative path, a path given twice, an invalid mode, an
     unknown owner or group, a file whose directory neither exists nor is created by this task, or a path that
-    exists as the wrong kind fails the task, naming the path, and leaves everything as it was.
+    exists as the wrong kind fails the task, naming the path, and leaves everything as it was. In check mode a
+    file whose directory does not exist is reported as one the task would create, and an owner or group that
+    does not exist as one the task would set, since an earlier task of the run may create them.
   - A symbolic link at a file's path is replaced by the file, as M(ansible.builtin.copy) does by default.
 options:
   directories:
@@ -154,18 +156,24 @@ def parse_mode(mode, path):
     return int(text, 8)
 
 
-def resolve_id(value, database, kind):
-    """uid or gid of a name or a numeric string."""
+def resolve_id(value, database, kind, check_mode=False):
+    """uid or gid of a name or a numeric string. In check mode an unknown name stays a name: an earlier task of
+    the run (a user or group it would create) may be the one that makes it, and every path is then reported
+    as one whose owner or group would change."""
     if value.isdigit():
         return int(value)
     try:
         found = database(value)
     except KeyError:
+        if check_mode:
+            return value
         raise Refused(f"unknown {kind} {value!r}") from None
     return found[2]
 
 
 def name_of(number, database):
+    if isinstance(number, str):  # a name not known yet (check mode)
+        return number
     try:
         return database(number)[0]
     except KeyError:
@@ -183,7 +191,7 @@ def new_path(path, what, seen):
     return path
 
 
-def plan(params):
+def plan(params, check_mode=False):
     """The wanted directories and files, checked: (directories, files), each a list of dicts."""
     default_mode = parse_mode(params["mode"], "mode")
     directories, files, seen, planned = [], [], set(), set()
@@ -200,7 +208,9 @@ def plan(params):
         if os.path.isdir(dest) and not os.path.islink(dest):
             raise Refused(f"file {dest} exists and is a directory")
         parent = os.path.dirname(dest)
-        if not os.path.isdir(parent) and parent not in planned:
+        # In check mode an earlier task of the run may be the one that creates the directory, so the file is
+        # reported as one it would create, as ansible.builtin.copy reports it.
+        if not os.path.isdir(parent) and parent not in planned and not check_mode:
             raise Refused(f"file {dest}: its directory {parent} does not exist and is not in directories")
         mode = default_mode if entry.get("mode") is None else parse_mode(entry["mode"], dest)
         content = entry["content"].encode("utf-8", errors="surrogateescape")
@@ -338,9 +348,9 @@ def main():
         supports_check_mode=True,
     )
     try:
-        uid = resolve_id(module.params["owner"], pwd.getpwnam, "owner")
-        gid = resolve_id(module.params["group"], grp.getgrnam, "group")
-        directories, files = plan(module.params)
+        uid = resolve_id(module.params["owner"], pwd.getpwnam, "owner", module.check_mode)
+        gid = resolve_id(module.params["group"], grp.getgrnam, "group", module.check_mode)
+        directories, files = plan(module.params, module.check_mode)
     except Refused as err:
         module.fail_json(msg=f"config_files changed nothing: {err}")
     writer = Writer(module, uid, gid)

@@ -51,14 +51,42 @@ def test_the_lab_is_reached_over_ssh_with_its_host_keys_checked(lab):
 
 
 # Before the deployment: the lab's machines are fresh until the first test that asks for `deployed`.
+# What a run writes on a machine without changing what it configures: the journal, Ansible's own remote
+# temporary files, the caches the modules read through (apt's package cache, Python's bytecode that the
+# engine check leaves), and the mount points of other file systems (find -xdev lists them, not their content).
+_NOT_CHANGES = re.compile(
+    r"^/(var/log|var/cache|root/\.ansible|var/lib/systemd)/"
+    r"|/__pycache__(/|$)|\.pyc$"
+    r"|^/(run|tmp|dev|proc|sys)$"
+)
+_STAMP = "/var/tmp/inferhost-check-stamp"
+
+
+def _written_since_stamp(lab) -> dict[str, list[str]]:
+    """Per machine, every path on its root file system modified after the stamp, less _NOT_CHANGES and the
+    directories whose only news is an entry of _NOT_CHANGES."""
+    find = f"find / -xdev -newer {_STAMP} ! -path {_STAMP} -print | sort"
+    written = {}
+    for host in sorted(lab.hosts):
+        paths = _on(lab, host, find).splitlines()
+        dropped = [path for path in paths if _NOT_CHANGES.search(path)]
+        explained = {path.rsplit("/", 1)[0] or "/" for path in dropped}
+        written[host] = [path for path in paths if path not in dropped and path not in explained]
+    return written
+
+
 def test_a_fresh_lab_in_check_mode_shows_the_changes(lab):
-    """Against machines that were never converged, --check lists the changes and makes none."""
+    """Against machines that were never converged, --check lists the changes and makes none: no file on any
+    machine is written (find -newer a stamp left just before) and the guests' API state stays as it was."""
+    for host in lab.hosts:
+        _on(lab, host, f"touch {_STAMP} && sleep 0.01")
+    configs = labmod.guest_configs(lab)
     planned = labmod.converge(lab, check=True)
     assert planned.changed > 0
     changed_hosts = {line.split(":")[0] for line in planned.changed_tasks}
     assert {"lab-pve", "lab-ct", "lab-vm"} <= changed_hosts
-    again = labmod.converge(lab, check=True)
-    assert again.changed == planned.changed, "check mode changed something on the machines"
+    assert _written_since_stamp(lab) == {host: [] for host in sorted(lab.hosts)}, "check mode wrote on the machines"
+    assert labmod.guest_configs(lab) == configs, "check mode changed the guests' API state"
 
 
 def test_the_host_play_on_a_fresh_host_wires_the_guests_and_reports_its_reboot(lab, deployed):

@@ -130,6 +130,25 @@ def test_a_missing_parent_is_refused_before_anything_changes(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_check_mode_reports_a_file_in_a_missing_directory_as_created(tmp_path):
+    # An earlier task of the same run (skipped in check mode) may be the one that creates the directory.
+    result = run(tmp_path, files=[{"dest": "later/x.conf", "content": "x\n"}], check_mode=True)
+    assert not result.get("failed") and result["changed_paths"] == [str(tmp_path / "later/x.conf")]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_check_mode_reports_an_owner_not_created_yet_as_a_change(tmp_path):
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc/a.conf").write_text("a = 1\n")
+    args = {"owner": "inferhost-not-yet", "group": "inferhost-not-yet"}
+    result = run(tmp_path, directories=[{"path": "etc"}], files=CONF, check_mode=True, diff=True, **args)
+    assert not result.get("failed"), result
+    assert result["changed_paths"] == [str(tmp_path / p) for p in ("etc", "etc/a.conf", "etc/b.sh")]
+    assert result["diff"][0]["after"]["owner"] == "inferhost-not-yet"
+    assert run(tmp_path, files=CONF, **args)["failed"] is True  # a real run refuses it, before any change
+    assert (tmp_path / "etc/a.conf").read_text() == "a = 1\n"
+
+
 @pytest.mark.parametrize(
     ("args", "says"),
     [
