@@ -20,7 +20,7 @@ description:
   - Specifications as M(dpkg_installed) reads them; anything it cannot read goes to apt.
 options:
   name:
-    description: Package specifications, as M(ansible.builtin.apt) takes them.
+    description: The packages to install, each C(name), C(name=version) or C(name=version*), as apt takes them.
     type: list
     elements: str
     required: true

@@ -1,34 +1,15 @@
 """The controller side of apt_present: apt is called only when dpkg says that something is missing."""
 
-import importlib.util
-from pathlib import Path
-from unittest.mock import MagicMock
-
 import pytest
+from action_runner import load_action, run_action
 from ansible.errors import AnsibleActionFail
 
-ROOT = Path(__file__).resolve().parents[3]
-_spec = importlib.util.spec_from_file_location("inferhost_action_apt_present", ROOT / "plugins/action/apt_present.py")
-ACTION = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(ACTION)
+ACTION = load_action("apt_present")
 
 
-def install(args, reports):
+def install(args, results):
     """Run the action with the modules' successive results; return (result, [(module, args)])."""
-    task = MagicMock()
-    task.args = args
-    task.check_mode = False
-    task.async_val = 0
-    task.diff = False
-    action = ACTION.ActionModule(task, MagicMock(), MagicMock(), MagicMock(), MagicMock(), MagicMock())
-    calls = []
-
-    def execute_module(module_name, module_args, task_vars):
-        calls.append((module_name, module_args))
-        return reports.pop(0)
-
-    action._execute_module = execute_module
-    return action.run(task_vars={}), calls
+    return run_action(ACTION, args, results)
 
 
 def test_nothing_missing_calls_no_apt():

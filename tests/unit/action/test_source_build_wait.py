@@ -1,36 +1,16 @@
 """The controller side of source_build_wait: what the play sees of a build it follows."""
 
-import importlib.util
-from pathlib import Path
-from unittest.mock import MagicMock
-
 import pytest
+from action_runner import load_action, run_action
 from ansible.errors import AnsibleActionFail
 
-ROOT = Path(__file__).resolve().parents[3]
-_spec = importlib.util.spec_from_file_location(
-    "inferhost_action_source_build_wait", ROOT / "plugins/action/source_build_wait.py"
-)
-ACTION = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(ACTION)
+ACTION = load_action("source_build_wait")
 
 
 def follow(args, reports, check_mode=False):
     """Run the action with the module's successive reports; return (result, module calls)."""
-    task = MagicMock()
-    task.args = args
-    task.check_mode = check_mode
-    task.async_val = 0
-    task.diff = False
-    action = ACTION.ActionModule(task, MagicMock(), MagicMock(), MagicMock(), MagicMock(), MagicMock())
-    calls = []
-
-    def execute_module(module_name, module_args, task_vars):
-        calls.append(module_args)
-        return reports.pop(0)
-
-    action._execute_module = execute_module
-    return action.run(task_vars={"inventory_hostname": "ct"}), calls
+    result, calls = run_action(ACTION, args, reports, check_mode=check_mode, task_vars={"inventory_hostname": "ct"})
+    return result, [module_args for _, module_args in calls]
 
 
 def report(status, done, **extra):
