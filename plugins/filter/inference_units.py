@@ -59,9 +59,7 @@ def needs_restart(path, diffs):
 
 def inference_units_to_restart(result, services, unit_dir):
     changed = set((result or {}).get("changed_paths") or [])
-    diffs = (result or {}).get("diff") or []
-    if isinstance(diffs, dict):
-        diffs = [diffs]
+    diffs = (result or {}).get("diff") or []  # config_files gives a list, one entry a changed path
     names = []
     for service in services or []:
         path = f"{unit_dir.rstrip('/')}/{service['unit']}"
