@@ -163,11 +163,25 @@ def start_fakepve(lab: Lab) -> str:
     (STATE / "pve-password").write_text(px["password"] + "\n")
     (STATE / "pve-password").chmod(0o600)
     log = (STATE / "fakepve.log").open("w")
-    argv = [sys.executable, "-m", "fakepve", str(guests), "--host", px["host"], "--port", str(px["port"])]
+    # fakepve with the lab's machines behind its guests: their power follows the API's (sim/pve_power.py).
+    argv = [
+        sys.executable,
+        "-m",
+        "inferhost.sim.pve_power",
+        str(guests),
+        "--host",
+        px["host"],
+        "--port",
+        str(px["port"]),
+    ]
+    for vmid, host in guest_machines(lab).items():
+        argv += ["--machine", f"{vmid}={CONTAINER_PREFIX + host}"]
+    argv += ["--node-machine", CONTAINER_PREFIX + _pve_host(lab)]
     argv += ["--user", px["user"], "--password", px["password"], "--cert", certfile, "--key", keyfile]
     # PVE seconds run ten times faster than real ones: guest shutdowns take a second, not ten.
     argv += ["--time-scale", "0.1"]
-    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    env = {**os.environ, "CONTAINERS_CONF": os.environ.get("CONTAINERS_CONF", str(ROOT / "containers.conf"))}
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
     pidfile.write_text(str(proc.pid))
     deadline = time.monotonic() + 30
     while not _port_open(px["host"], px["port"]):
@@ -175,6 +189,31 @@ def start_fakepve(lab: Lab) -> str:
             raise LabError(f"fakepve did not start: {(STATE / 'fakepve.log').read_text()[-2000:]}")
         time.sleep(0.2)
     return f"https://{px['host']}:{px['port']} (CA {Path(certfile).relative_to(ROOT)})"
+
+
+def guest_machines(lab: Lab) -> dict[int, str]:
+    """vmid -> the lab machine that is that guest: the container's and the VM's."""
+    px = lab.proxmox
+    return {
+        px["container"]["vmid"]: lab.groups["inference_containers"][0],
+        px["vm"]["vmid"]: lab.groups["inference_vms"][0],
+    }
+
+
+def power_machines(lab: Lab) -> str:
+    """Each guest's machine on or off as the API has the guest, as on a host: a stopped guest is not running."""
+    api, px, done = api_client(lab), lab.proxmox, []
+    for kind, guest in (("lxc", px["container"]), ("qemu", px["vm"])):
+        host = guest_machines(lab)[guest["vmid"]]
+        status = api.status(kind, guest["vmid"])
+        running = podman("container", "inspect", "--format", "{{.State.Running}}", CONTAINER_PREFIX + host).stdout
+        if status == "running" and running.strip() != "true":
+            podman("start", CONTAINER_PREFIX + host)
+            wait_for_ssh(host, lab.hosts[host])
+        elif status != "running" and running.strip() == "true":
+            podman("stop", "-t", "10", CONTAINER_PREFIX + host)
+        done.append(f"{host} {status}")
+    return ", ".join(done)
 
 
 def api_client(lab: Lab) -> Client:
@@ -280,8 +319,11 @@ def start_containers(lab: Lab) -> str:
     started = []
     for host, hv in sorted(lab.hosts.items()):
         name = CONTAINER_PREFIX + host
-        state = podman("container", "inspect", "--format", "{{.State.Running}}", name, check=False)
-        if state.returncode == 0 and state.stdout.strip() == "true":
+        state = podman("container", "inspect", "--format", "{{.State.Status}}", name, check=False)
+        # A machine that exists is kept, running or not: power_machines gives it the API's power state.
+        if state.returncode == 0 and state.stdout.strip() in {"running", "exited", "stopped"}:
+            if state.stdout.strip() != "running":
+                podman("start", name)
             continue
         podman("rm", "-f", name, check=False)
         argv = ["run", "-d", "--name", name, "--hostname", host, "--systemd", "always", *_ssh_volumes(host)]
@@ -478,6 +520,15 @@ def deploy_in_order(lab: Lab) -> list[tuple[str, float, str, object]]:
     return done
 
 
+def left_for_later(result: PlaybookResult) -> dict[str, str]:
+    """The guests a run left for later because they are off (playbooks/tasks/guest_power.yml), with its words."""
+    return {
+        host: str(res.get("msg", ""))
+        for host, task, res in result.ok_results
+        if task.startswith("guest_power | Say which guest")
+    }
+
+
 def reboot_reasons(result: PlaybookResult) -> list[str]:
     """What host.yml said a reboot is owed for (its closing report), empty when nothing is owed."""
     reports = [res for _, task, res in result.ok_results if task.endswith("Report that a reboot is required")]
@@ -510,6 +561,8 @@ def print_summary(lab: Lab, result: PlaybookResult | None) -> None:
                 f"changed={play.changed:<3} failed={play.failed}"
             )
         print(f"  total: changed={result.changed} failed={result.failed} on {len(result.hosts)} hosts")
+        for host, why in sorted(left_for_later(result).items()):
+            print(f"  {host}: {why.split(': ', 1)[-1]}")
 
 
 def cmd_up(args: argparse.Namespace) -> int:
@@ -518,10 +571,13 @@ def cmd_up(args: argparse.Namespace) -> int:
     lab.step("fake Proxmox API", start_fakepve, lab)
     lab.step("podman machines", start_containers, lab)
     lab.step("stand-in GPUs and engine", install_standins, lab)
+    lab.step("guests powered as the API has them", power_machines, lab)
     result = lab.step("converge site.yml" + (" (check)" if args.check else ""), converge, lab, args.check)
     lab.timings[-1] = (*lab.timings[-1][:2], f"changed={result.changed}")
     if not args.check:
+        # The VM is off while the container holds the GPUs: site.yml left it for later. Converge it holding them.
         lab.step("gpu-switch to-vm", move_gpus, lab, "vm")
+        lab.step("vm.yml", lambda: f"changed={_playbook(ROOT / 'playbooks' / 'vm.yml').changed}")
         lab.step("gpu-switch to-ct", move_gpus, lab, "ct")
         lab.step("validate.yml (smoke)", validate, lab)
     lab.step("Proxmox API state", api_summary, lab)

@@ -8,6 +8,7 @@ import shlex
 import subprocess
 
 import pytest
+from pve_api import ApiError
 
 from inferhost import lab as labmod
 
@@ -22,6 +23,7 @@ def lab():
     labmod.start_fakepve(the_lab)
     labmod.start_containers(the_lab)
     labmod.install_standins(the_lab)
+    labmod.power_machines(the_lab)
     yield the_lab
     labmod.cmd_down(None)
 
@@ -67,7 +69,7 @@ def _written_since_stamp(lab) -> dict[str, list[str]]:
     directories whose only news is an entry of _NOT_CHANGES."""
     find = f"find / -xdev -newer {_STAMP} ! -path {_STAMP} -print | sort"
     written = {}
-    for host in sorted(lab.hosts):
+    for host in _running(lab):
         paths = _on(lab, host, find).splitlines()
         dropped = [path for path in paths if _NOT_CHANGES.search(path)]
         explained = {path.rsplit("/", 1)[0] or "/" for path in dropped}
@@ -75,17 +77,41 @@ def _written_since_stamp(lab) -> dict[str, list[str]]:
     return written
 
 
+def _running(lab) -> list[str]:
+    """The lab machines that run: the guest the API has stopped is off, as on a real host."""
+    return [
+        host
+        for host in sorted(lab.hosts)
+        if labmod.podman(
+            "container", "inspect", "--format", "{{.State.Running}}", labmod.CONTAINER_PREFIX + host
+        ).stdout.strip()
+        == "true"
+    ]
+
+
+def test_the_machines_follow_the_api_and_the_hookscript_guards_the_start(lab):
+    """The VM the API has stopped is off; starting it through the API runs its hookscript's pre-start on the
+    host, as PVE does. Before host.yml attached one, nothing guards it; the guard itself is proven below."""
+    assert labmod.guest_status(lab) == ("running", "stopped")
+    assert _running(lab) == ["lab-ct", "lab-pve"]
+    unreachable = subprocess.run([*labmod.ssh_argv(lab, "lab-vm"), "true"], capture_output=True, check=False)
+    assert unreachable.returncode == 255
+
+
 def test_a_fresh_lab_in_check_mode_shows_the_changes(lab):
     """Against machines that were never converged, --check lists the changes and makes none: no file on any
-    machine is written (find -newer a stamp left just before) and the guests' API state stays as it was."""
-    for host in lab.hosts:
+    machine is written (find -newer a stamp left just before) and the guests' API state stays as it was. The
+    VM is off: the run says so by name and leaves it for later, with a success status."""
+    for host in _running(lab):
         _on(lab, host, f"touch {_STAMP} && sleep 0.01")
     configs = labmod.guest_configs(lab)
     planned = labmod.converge(lab, check=True)
     assert planned.changed > 0
     changed_hosts = {line.split(":")[0] for line in planned.changed_tasks}
-    assert {"lab-pve", "lab-ct", "lab-vm"} <= changed_hosts
-    assert _written_since_stamp(lab) == {host: [] for host in sorted(lab.hosts)}, "check mode wrote on the machines"
+    assert {"lab-pve", "lab-ct"} <= changed_hosts and "lab-vm" not in changed_hosts
+    assert list(labmod.left_for_later(planned)) == ["lab-vm"]
+    assert "lab-vm left for later" in labmod.left_for_later(planned)["lab-vm"]
+    assert _written_since_stamp(lab) == {host: [] for host in _running(lab)}, "check mode wrote on the machines"
     assert labmod.guest_configs(lab) == configs, "check mode changed the guests' API state"
 
 
@@ -124,9 +150,15 @@ def test_the_container_play_alone_reads_the_hosts_driver_version(lab, deployed):
 
 
 def test_after_the_deployment_site_yml_changes_nothing(lab, deployed):
+    """The GPUs are with the container, the VM is off: site.yml converges the host and the container, and
+    leaves the VM for later by name, with what to run."""
     again = labmod.converge(lab)
     assert again.changed == 0, f"site.yml after the deployment changed: {again.changed_tasks}"
-    assert {"lab-pve", "lab-ct", "lab-vm"} <= again.hosts
+    assert {"lab-pve", "lab-ct"} <= again.hosts
+    why = labmod.left_for_later(again)
+    assert list(why) == ["lab-vm"]
+    assert "VM 201 is stopped on lab-pve, whose GPUs are with the ct" in " ".join(why["lab-vm"].split())
+    assert "gpu-switch to-vm" in why["lab-vm"]
 
 
 def test_check_mode_on_the_converged_lab_reports_nothing(lab, deployed):
@@ -139,6 +171,16 @@ def test_gpu_switch_playbook_moves_the_gpus_to_the_vm_and_back(lab, deployed):
 
     assert labmod.move_gpus(lab, "vm").startswith("owner=vm gpus=8 changed=True")
     assert labmod.guest_status(lab) == ("stopped", "running")
+    assert _running(lab) == ["lab-pve", "lab-vm"]
+    # The VM holds the GPUs: site.yml now converges it and leaves the container for later.
+    held = labmod.converge(lab)
+    assert held.changed == 0, held.changed_tasks
+    assert list(labmod.left_for_later(held)) == ["lab-ct"]
+    # The hookscript refuses to start the container while the VM holds the GPUs, and it stays off.
+    api, ct = labmod.api_client(lab), lab.proxmox["container"]["vmid"]
+    with pytest.raises(ApiError, match="hookscript error for 101 on pre-start"):
+        api.wait(api.post("lxc", ct, "start"), 30, "CT start")
+    assert _running(lab) == ["lab-pve", "lab-vm"] and labmod.guest_status(lab)[0] == "stopped"
 
     assert labmod.move_gpus(lab, "ct").startswith("owner=ct gpus=8 changed=True")
     assert labmod.guest_status(lab) == ("running", "stopped")

@@ -27,8 +27,6 @@ ALLOWED = {
     # Stand-in hardware: what the lab's machines have instead of GPUs, a kernel and NVIDIA's repository.
     "inferhost_gpus": "stand-in hardware: the addresses of the lab host's simulated GPUs (lab_gpus)",
     "inferhost_host_has_swap": "stand-in hardware: the lab host has whatever swap this machine has",
-    "pve_host_gpu_addresses": "stand-in hardware: no NVIDIA driver on the lab host, so no GPU to prepare for it",
-    "pve_guest_gpu_gpus": "stand-in hardware: pve_host_gpu publishes no GPUs without its driver",
     "pve_host_gpu_driver_install": "stand-in hardware: no NVIDIA repository for the host",
     "nvidia_userspace_enabled": "stand-in hardware: no NVIDIA repository or GPU for the guests' driver",
     "cuda_toolkit_versions": "stand-in hardware: no NVIDIA repository for CUDA",
@@ -38,7 +36,7 @@ ALLOWED = {
     "inference_service_device_dir": "stand-in hardware: stand-in GPU device nodes",
     "inference_service_sysfs_root": "stand-in hardware: a stand-in sysfs tree with the GPUs on nvidia",
     "inference_service_nvidia_smi": "stand-in hardware: no nvidia-smi without a driver",
-    "inference_service_hardware": "stand-in hardware: the plan check sees the lab's GPUs",
+    "inference_service_hardware": "stand-in hardware: the lab's GPUs have no memory or bandwidth to state",
     # Sizes and times.
     "gpu_switch_timeouts": "time: fakepve runs PVE's seconds ten times faster",
     "inference_service_load_timeout_s": "time: the stand-in model loads in seconds",
