@@ -3,14 +3,39 @@
 Run by playbooks/validate.yml (check nccl_init) with the service environment's python, NCCL_DEBUG=INFO and
 an otherwise empty environment: every "NCCL_* set by environment" line NCCL prints then comes from the
 environment's own hook or /etc/nccl.conf, not from the caller.
+
+One process per visible GPU (world size = torch.cuda.device_count()). Rank 0 prints, after a correct all-reduce,
+one line for plugins/filter/nccl_init.py: "validate-nccl-init: result " and a JSON object with the world size,
+NCCL's version and the NCCL_* variables of its process after NCCL's init. With one rank NCCL chooses no
+algorithm or protocol and so never reports NCCL_PROTO or NCCL_ALGO; the filter checks those two there.
 """
 
+import ctypes
+import json
 import os
 import sys
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+
+
+def nccl_environment():
+    """NCCL_* variables of this process as the C library has them: os.environ is a copy taken at start-up and
+    misses what NCCL itself set from /etc/nccl.conf (setenv) during its init."""
+    environ = ctypes.POINTER(ctypes.c_char_p).in_dll(ctypes.CDLL(None), "environ")
+    found, index = {}, 0
+    while environ[index]:
+        name, _, value = environ[index].decode(errors="replace").partition("=")
+        if name.startswith("NCCL_"):
+            found[name] = value
+        index += 1
+    return dict(sorted(found.items()))
+
+
+def nccl_version():
+    version = torch.cuda.nccl.version()  # a tuple such as (2, 28, 9); an int in old releases
+    return ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
 
 
 def run(rank, world, port):
@@ -23,6 +48,9 @@ def run(rank, world, port):
     expected = world * (world + 1) / 2
     if tensor[0].item() != expected:
         raise SystemExit(f"rank {rank}: all-reduce gave {tensor[0].item()}, expected {expected}")
+    if rank == 0:
+        result = {"world_size": world, "nccl_version": nccl_version(), "environment": nccl_environment()}
+        print("validate-nccl-init: result " + json.dumps(result), flush=True)
     dist.destroy_process_group()
 
 
@@ -35,7 +63,7 @@ def main():
         run(0, 1, port)
     else:
         mp.spawn(run, args=(world, port), nprocs=world)
-    print(f"validate-nccl-init: all-reduce correct on {world} GPU(s), NCCL {torch.cuda.nccl.version()}", flush=True)
+    print(f"validate-nccl-init: all-reduce correct on {world} GPU(s), NCCL {nccl_version()}", flush=True)
     return 0
 
 

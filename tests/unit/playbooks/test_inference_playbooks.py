@@ -10,6 +10,7 @@ import time
 import pytest
 from inference_refdata import MODELS, REFERENCE, ROOT
 from localhost import free_port, wait_listening
+from nccl_init import RESULT_PREFIX
 
 from inferhost.sim import ENGINE_DIR
 
@@ -160,34 +161,50 @@ def fake_python(directory, lines):
     return directory
 
 
-def test_nccl_init_check_reads_what_nccl_reports(site):
+def probe_result(world, **environment):
+    """The probe's result line: the world size and the NCCL variables of its process."""
+    result = {"world_size": world, "nccl_version": "2.28.9", "environment": environment}
+    return RESULT_PREFIX + json.dumps(result)
+
+
+def test_nccl_init_check_on_one_gpu_confirms_what_one_rank_reports(site):
+    # What NCCL 2.28.9 logged on one H200: one rank chooses no protocol or algorithm, so no PROTO or ALGO line.
     env = fake_python(
         site["tmp"] / "gpu-env",
         [
-            "h:1:1 [0] NCCL INFO NCCL_PROTO set by environment to LL",
-            "h:1:1 [0] NCCL INFO NCCL_ALGO set by environment to Ring",
+            "h:1:1 [0] NCCL INFO NCCL_P2P_LEVEL set by environment to SYS",
             "h:1:1 [0] NCCL INFO NCCL_NVLS_ENABLE set by environment to 0.",
-            "validate-nccl-init: all-reduce correct on 1 GPU(s), NCCL (2, 28, 9)",
+            probe_result(1, NCCL_ALGO="Ring", NCCL_P2P_LEVEL="SYS", NCCL_PROTO="LL"),
+            "validate-nccl-init: all-reduce correct on 1 GPU(s), NCCL 2.28.9",
         ],
     )
     service = {**site["vars"]["inference_service_services"][0], "environment": str(env)}
+    settings = [*site["vars"]["nccl_tuning_settings"], {"name": "NCCL_P2P_LEVEL", "value": "SYS", "reason": "r"}]
     rc, out = playbook(
         site,
         "validate.yml",
         validate_checks=["nccl_init"],
         inference_service_services=[service],
+        nccl_tuning_settings=settings,
         validate_nccl_init_env={"KEEP_ME": "1"},
     )
     assert rc == 0, out[-4000:]
-    assert "all-reduce correct on 1 GPU(s)" in out
-    assert "NCCL_PROTO set by environment to LL; NCCL_ALGO set by environment to Ring;" in out
+    assert "NCCL 2.28.9 on 1 GPU(s): all-reduce correct; reported NCCL_P2P_LEVEL=SYS;" in out
+    assert "NCCL_PROTO=LL, NCCL_ALGO=Ring only in the environment of the probe, not NCCL-confirmed" in out
     # NCCL ends some of these lines with a full stop; it is not part of the value
-    assert "NCCL_NVLS_ENABLE set by environment to 0" in out and "to 0." not in out
+    assert "not from the inventory: NCCL_NVLS_ENABLE=0" in out and "=0." not in out
 
 
-def test_nccl_init_check_fails_when_nccl_did_not_take_a_setting(site):
-    env = fake_python(site["tmp"] / "gpu-env", ["h:1:1 [0] NCCL INFO NCCL_PROTO set by environment to Simple"])
+def test_nccl_init_check_on_two_gpus_needs_nccl_to_report_every_setting(site):
+    env = fake_python(
+        site["tmp"] / "gpu-env",
+        [
+            "h:1:1 [0] NCCL INFO NCCL_PROTO set by environment to Simple",
+            probe_result(2, NCCL_ALGO="Ring", NCCL_PROTO="LL"),
+        ],
+    )
     service = {**site["vars"]["inference_service_services"][0], "environment": str(env)}
     rc, out = playbook(site, "validate.yml", validate_checks=["nccl_init"], inference_service_services=[service])
     assert rc != 0
-    assert "NCCL did not report NCCL_PROTO set by environment to LL, NCCL_ALGO set by environment to Ring" in out
+    wrong = "NCCL_PROTO=LL (NCCL reported Simple), NCCL_ALGO=Ring (NCCL did not report it)"
+    assert f"NCCL 2.28.9 on 2 GPU(s) did not take {wrong}" in out
