@@ -7,7 +7,8 @@
 # The static layer (no machine at all) sits in the second stream to even out the two: molecule alone is about
 # as long as the real-kernel and lab layers together.
 # The second stream's output is kept in .cache/test-logs/machines.log and printed when both are done.
-# Extra arguments go to both pytest runs (for example -x). Exit status: the first stream's failure wins.
+# Extra arguments go to both pytest runs (for example -x). Exit status: the first stream's failure wins; a layer
+# that passed no test (all skipped or deselected) fails the run too, with 5.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 pytest=.venv/bin/pytest
@@ -28,19 +29,32 @@ echo
 echo "================ static, real engine, real kernel and lab layers ($logs/machines.log) ================"
 cat "$logs/machines.log"
 
-verdict() {  # name rc log: pytest's closing line, or why there is none
-  local line
-  line=$(grep -E '(passed|failed|error|deselected|no tests ran).* in [0-9.]+s' "$3" | tail -n 1 | sed -E 's/^=+ //; s/ =+$//')
-  [ "$2" != 5 ] || line="pytest collected no tests"
-  echo "$1: ${line:-no summary (rc $2)}"
+idle_layers() {  # log layer...: the layers that passed no test, by the "time per test layer" lines (tests/conftest.py)
+  local log=$1 layer idle=()
+  shift
+  for layer in "$@"; do
+    # A layer whose tests were all skipped or deselected has no such line with a passed test: pytest exits 0
+    # on skips alone, so its exit status cannot tell.
+    grep -Eq "^$layer +[1-9][0-9]* passed " "$log" || idle+=("$layer")
+  done
+  echo "${idle[*]}"
 }
+verdict() {  # name rc log idle: pytest's closing line, or why there is none, and the layers that ran no test
+  local line
+  line=$(grep -E '(passed|failed|error|skipped|deselected|no tests ran).* in [0-9.]+s' "$3" | tail -n 1 | sed -E 's/^=+ //; s/ =+$//')
+  [ "$2" != 5 ] || line="pytest collected no tests"
+  echo "$1: ${line:-no summary (rc $2)}${4:+; ran no test: $4}"
+}
+idle_containers=$(idle_layers "$logs/containers.log" unit api molecule)
+idle_machines=$(idle_layers "$logs/machines.log" static engines kernel lab)
 echo
-echo "make test: $(verdict 'unit, API, molecule' "$rc_containers" "$logs/containers.log")"
-echo "make test: $(verdict 'static, real engines, real kernel, lab' "$rc_machines" "$logs/machines.log")"
-if [ "$rc_containers" = 0 ] && [ "$rc_machines" = 0 ]; then
+echo "make test: $(verdict 'unit, API, molecule' "$rc_containers" "$logs/containers.log" "$idle_containers")"
+echo "make test: $(verdict 'static, real engines, real kernel, lab' "$rc_machines" "$logs/machines.log" "$idle_machines")"
+if [ "$rc_containers" = 0 ] && [ "$rc_machines" = 0 ] && [ -z "$idle_containers$idle_machines" ]; then
   echo "make test: PASSED, every layer"
   exit 0
 fi
 echo "make test: FAILED"
 [ "$rc_containers" != 0 ] && exit "$rc_containers"
-exit "$rc_machines"
+[ "$rc_machines" != 0 ] && exit "$rc_machines"
+exit 5  # pytest's status for no test run: a layer that tests nothing is a broken suite

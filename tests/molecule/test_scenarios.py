@@ -19,6 +19,12 @@ ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = sorted(
     p.parent.name for p in (ROOT / "molecule").glob("*/molecule.yml") if p.parent.name not in {"shared", "kernel"}
 )
+# The scenarios the repository has (molecule/shared holds their common playbooks and is none). One missing or
+# renamed fails collection: parametrize would only skip an empty list, and the layer would pass having run nothing.
+EXPECTED_SCENARIOS = {"gpu_switch", "guest_env", "inference_service", "nccl_tuning", "pve_host_gpu"}
+_MISSING = sorted(EXPECTED_SCENARIOS - set(SCENARIOS))
+if _MISSING:
+    pytest.fail(f"molecule scenarios missing from {ROOT / 'molecule'}: {_MISSING} (found {SCENARIOS})", pytrace=False)
 RECAP = re.compile(r"^(?P<host>\S+)\s+:\s+ok=\d+\s+changed=(?P<changed>\d+)\s+unreachable=(?P<unreachable>\d+)")
 # Molecule's announcement of a step: "[<scenario> > <step>] Executing" (or, on a terminal,
 # "<scenario> \u279c <step>: Executing").

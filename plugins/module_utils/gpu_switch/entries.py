@@ -24,7 +24,8 @@ MAX_DEV = 256  # dev0..dev255 (pct.conf)
 # number has 5 bits (00-1f) and a function 3 (0-7), so anything beyond fails at VM start.
 HOSTPCI_ID = re.compile(r"^(?:([0-9a-f]{4,}):)?([0-9a-f]{2}):([01][0-9a-f])(?:\.([0-7]))?$")
 BOOL_TRUE, BOOL_FALSE = {"1", "yes", "on", "true"}, {"0", "no", "off", "false"}  # PVE's, in any case
-# hostpciN options: PVE's pve-qm-hostpci format. A kind names a check in _OPTION_CHECKS, or lists the values.
+# hostpciN options: PVE's pve-qm-hostpci format (qemu-server's PCI.pm). A kind names a check in _OPTION_CHECKS, or
+# lists the values. driver= came with qemu-server 9.0.25 (PVE 9.1); PVE 8 refuses it itself, at config time.
 HOSTPCI_OPTIONS = {
     "host": "ids",
     "mapping": "configid",

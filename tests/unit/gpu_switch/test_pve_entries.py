@@ -114,17 +114,29 @@ def test_a_config_put_lost_on_the_network_is_checked_before_it_is_repeated():
 
 
 @pytest.mark.parametrize(
-    "value",
+    ("value", "parsed", "canonical"),
     [
-        "0000:01:00,pcie=1",
-        "host=0000:01:00.0;0000:01:00.1,pcie=1,x-vga=1",
-        "01:00,rombar=0",
-        "mapping=gpu0,pcie=1",
-        "0000:01:00,driver=vfio",
+        ("0000:01:00,pcie=1", (["0000:01:00"], None, {"pcie": "1"}), "0000:01:00,pcie=1"),
+        (
+            "host=0000:01:00.0;0000:01:00.1,pcie=1,x-vga=1",
+            (["0000:01:00.0", "0000:01:00.1"], None, {"pcie": "1", "x-vga": "1"}),
+            "0000:01:00.0;0000:01:00.1,pcie=1,x-vga=1",
+        ),
+        ("01:00,rombar=0", (["0000:01:00"], None, {"rombar": "0"}), "0000:01:00,rombar=0"),
+        ("mapping=gpu0,pcie=1", ([], "gpu0", {"pcie": "1"}), "mapping=gpu0,pcie=1"),
+        # driver= is qemu-server's since 9.0.25 (PVE 9.1): vfio (the default) or keep.
+        ("0000:01:00,driver=vfio", (["0000:01:00"], None, {"driver": "vfio"}), "0000:01:00,driver=vfio"),
+        (
+            "0000:01:00,driver=keep,pcie=on,device-id=0x2BB5",
+            (["0000:01:00"], None, {"driver": "keep", "pcie": "1", "device-id": "0x2bb5"}),
+            "0000:01:00,device-id=0x2bb5,driver=keep,pcie=1",
+        ),
     ],
 )
-def test_valid_hostpci_values(value):
-    entries.parse_hostpci(value)
+def test_valid_hostpci_values(value, parsed, canonical):
+    hosts, mapping, options = parsed
+    assert entries.parse_hostpci(value) == {"host": hosts, "mapping": mapping, "options": options}
+    assert entries.canonical_hostpci(value) == canonical
 
 
 @pytest.mark.parametrize(

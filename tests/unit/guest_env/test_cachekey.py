@@ -41,9 +41,11 @@ def key(**change):
     return cache_key(key_inputs(**args))
 
 
-def test_same_inputs_same_key():
-    assert key() == key()
-    assert len(key()) == 20
+def test_the_key_of_known_inputs_is_pinned():
+    # BASE with its parallelism placeholders blanked: the first 20 hex digits of the sha256 of key_inputs' canonical
+    # JSON, computed once (each other input gives another key: the test below). A new value means every cached wheel
+    # is rebuilt: change it only on purpose.
+    assert key() == "020cf3f8617201909478"
 
 
 @pytest.mark.parametrize(
