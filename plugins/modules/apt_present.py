@@ -39,7 +39,11 @@ attributes:
   action:
     support: full
   check_mode:
-    description: Asks dpkg in either mode; when something is missing, M(ansible.builtin.apt)'s check mode.
+    description:
+      - Asks dpkg in either mode; when something is missing, M(ansible.builtin.apt)'s check mode.
+      - A package apt does not know (no configured source provides it) is, in check mode only, reported as one
+        the run would install (changed, RV(unknown) naming it) instead of failing the task; on a fresh guest its
+        repository is added by an earlier task, which a check run does not do. A real run fails on it.
     support: full
   diff_mode:
     description: M(ansible.builtin.apt)'s, when it is called; nothing to show otherwise.
@@ -55,6 +59,11 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+unknown:
+  description: In check mode, the name or pattern that apt knows no package for (apt stops at the first).
+  returned: in check mode, when apt knows no package of O(name)
+  type: list
+  elements: str
 missing:
   description: The specifications that dpkg did not find installed as specified; empty when apt was not called.
   returned: always

@@ -44,3 +44,41 @@ def test_dpkg_failing_fails_the_task_without_apt():
 def test_an_empty_list_is_refused():
     with pytest.raises(AnsibleActionFail, match="needs name"):
         install({"name": []}, [])
+
+
+UNKNOWN = {"failed": True, "msg": "No package matching 'cuda-toolkit-12-8' is available"}
+
+
+def test_check_mode_reports_a_package_apt_does_not_know_as_one_to_install():
+    """A fresh guest in check mode: the repository that provides it is not added yet."""
+    result, calls = run_action(
+        ACTION,
+        {"name": ["cuda-toolkit-12-8", "cuda-toolkit-13-0"]},
+        [{"missing": ["cuda-toolkit-12-8", "cuda-toolkit-13-0"]}, dict(UNKNOWN)],
+        check_mode=True,
+    )
+    assert [module for module, _ in calls] == ["dpkg_installed", "ansible.builtin.apt"]
+    assert not result.get("failed") and result["changed"] is True
+    assert result["missing"] == ["cuda-toolkit-12-8", "cuda-toolkit-13-0"]
+    assert result["unknown"] == ["cuda-toolkit-12-8"]
+    assert result["msg"].startswith("check mode: would install cuda-toolkit-12-8, cuda-toolkit-13-0.")
+    assert "cuda-toolkit-12-8" in result["msg"]
+
+
+def test_check_mode_reports_a_pattern_apt_does_not_match_as_one_to_install():
+    apt = {"failed": True, "msg": "No package(s) matching 'nvidia-open*' available"}
+    result, _ = run_action(
+        ACTION, {"name": ["nvidia-open=590*"]}, [{"missing": ["nvidia-open=590*"]}, apt], check_mode=True
+    )
+    assert result["changed"] is True and result["unknown"] == ["nvidia-open*"] and not result.get("failed")
+
+
+def test_a_real_run_still_fails_on_a_package_apt_does_not_know():
+    result, _ = install({"name": ["cuda-toolkit-12-8"]}, [{"missing": ["cuda-toolkit-12-8"]}, dict(UNKNOWN)])
+    assert result["failed"] and result["msg"] == UNKNOWN["msg"] and "unknown" not in result
+
+
+def test_check_mode_still_fails_on_other_apt_failures():
+    apt = {"failed": True, "msg": "'/usr/bin/apt-get -y install gcc' failed: E: Unable to locate"}
+    result, _ = run_action(ACTION, {"name": ["gcc"]}, [{"missing": ["gcc"]}, apt], check_mode=True)
+    assert result["failed"] and result["msg"] == apt["msg"]
