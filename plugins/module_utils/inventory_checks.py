@@ -59,6 +59,7 @@ INVENTORY_NAMES = {
     "inferhost_cuda_default": "the default CUDA toolkit of the guests (group_vars/all/versions.yml)",
     "inferhost_pve_host": "the Proxmox host a guest runs on (group_vars/inference_guests/guest.yml)",
     "inferhost_guest_group": "playbooks/guests.yml: the group of guests to configure",
+    "inferhost_guest_boot_timeout": "playbooks/tasks/guest_power.yml: seconds a guest reported running gets to answer",
     "inferhost_preflight_hosts": "playbooks/preflight.yml: the hosts the run will touch",
     "inferhost_preflight_role_specs": "playbooks/preflight.yml: false where the playbook runs no role",
     "gpu_switch_to": "playbooks/gpu_switch.yml: vm or ct (-e)",
