@@ -172,6 +172,7 @@ def test_gpu_inventory_published_as_local_facts(host):
     assert [g["iommu_group"] for g in gpus] == [10, 20]
     assert [g["minor"] for g in gpus] == [0, 1]
     assert [f["address"] for f in gpus[0]["functions"]] == ["0000:01:00.0", "0000:01:00.1"]
+    assert all("driver" not in f for f in gpus[0]["functions"])
     # The driver bound now is no inventory: the facts stay as they are while gpu-switch moves the GPUs.
     assert "driver" not in gpus[0]
     assert "foreign_group_members" not in gpus[0]
