@@ -52,6 +52,7 @@ def state(host):
 def seen(request):
     hosts = instances(request)
     machines = {h: machine(h) for h in hosts}
+
     def reset():  # the earlier tests' starts count against StartLimitBurst
         for m in machines.values():
             m.run_expect([0], f"systemctl reset-failed {UNIT}")
