@@ -147,17 +147,23 @@ def test_the_container_play_alone_reads_the_hosts_driver_version(lab, deployed):
         fact_cache=labmod.cold_fact_cache("container-alone"),
     )
     assert result.status == "successful"
-    # The version it compared is the host's: a userspace other than it is refused, naming both.
-    with pytest.raises(
-        labmod.LabError, match=r"userspace 595\.0\.0, but the\s+host lab-pve runs the driver 590\.48\.01"
-    ):
-        labmod._playbook(
-            labmod.ROOT / "playbooks" / "container.yml",
-            check=True,
-            extravars={"nvidia_userspace_enabled": True, "nvidia_userspace_version": "595.0.0"},
-            tags="role::nvidia_userspace",
-            fact_cache=labmod.cold_fact_cache("container-alone-mismatch"),
-        )
+    # The version it compared is the host's own: with the host's facts saying another driver, the pin is refused,
+    # naming both (the host's facts file is put back afterwards).
+    fact = "/etc/ansible/facts.d/inferhost_gpus.fact"
+    _on(lab, "lab-pve", f"cp -p {fact} {fact}.keep && sed -i 's/590.48.01/590.99.01/' {fact}")
+    try:
+        with pytest.raises(
+            labmod.LabError, match=r"userspace 590\.48\.01, but the host lab-pve runs the driver 590\.99\.01"
+        ):
+            labmod._playbook(
+                labmod.ROOT / "playbooks" / "container.yml",
+                check=True,
+                extravars={"nvidia_userspace_enabled": True},
+                tags="role::nvidia_userspace",
+                fact_cache=labmod.cold_fact_cache("container-alone-other-driver"),
+            )
+    finally:
+        _on(lab, "lab-pve", f"mv {fact}.keep {fact}")
 
 
 def test_after_the_deployment_site_yml_changes_nothing(lab, deployed):
