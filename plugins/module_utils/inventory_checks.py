@@ -1095,6 +1095,10 @@ class Checker:
             addresses = [str(g.get("address")) for g in gpus if isinstance(g, dict)]
             known = set(addresses) | {str(g.get("slot")) for g in gpus if isinstance(g, dict) and g.get("slot")}
             self._unique(host, "pve_guest_gpu_gpus", addresses, "address")
+        if not known:
+            # The GPUs come from the host's published facts, which the controller has not read yet: the inventory's
+            # own list of the host's GPUs says which addresses exist.
+            known = set(self._addresses(host))
         for name, guests in (("pve_guest_gpu_containers", containers), ("pve_guest_gpu_vms", vms)):
             if not isinstance(guests, list):
                 continue
