@@ -7,20 +7,21 @@
 # The static layer (no machine at all) sits in the second stream to even out the two: molecule alone is about
 # as long as the real-kernel and lab layers together.
 # The second stream's output is kept in .cache/test-logs/machines.log and printed when both are done.
-# Extra arguments go to both pytest runs (for example -x). Exit status: the first stream's failure wins; a layer
-# that passed no test (all skipped or deselected) fails the run too, with 5.
+# Each stream lists its 15 slowest tests, where the time goes. Extra arguments go to both pytest runs (for
+# example -x). Exit status: the first stream's failure wins; a layer that passed no test (all skipped or
+# deselected) fails the run too, with 5.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 pytest=.venv/bin/pytest
 logs=.cache/test-logs
 mkdir -p "$logs"
 
-"$pytest" tests/static tests/engines tests/kernel tests/lab "$@" >"$logs/machines.log" 2>&1 &
+"$pytest" tests/static tests/engines tests/kernel tests/lab --durations=15 "$@" >"$logs/machines.log" 2>&1 &
 machines=$!
 trap 'kill "$machines" 2>/dev/null' INT TERM
 
 echo "make test: static, real engine, real kernel and lab layers run alongside; their log: $logs/machines.log"
-"$pytest" tests/unit tests/api tests/molecule "$@" 2>&1 | tee "$logs/containers.log"
+"$pytest" tests/unit tests/api tests/molecule --durations=15 "$@" 2>&1 | tee "$logs/containers.log"
 rc_containers=${PIPESTATUS[0]}
 wait "$machines"
 rc_machines=$?

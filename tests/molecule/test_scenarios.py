@@ -1,7 +1,8 @@
 """Run every molecule scenario, with a zero-change --check pass on the converged instances.
 
 One `molecule test` per scenario (each molecule start costs seconds), with the sequence of
-.config/molecule/config.yml: destroy, create, prepare, converge, idempotence, check, verify, destroy.
+.config/molecule/config.yml: create, prepare, converge, idempotence, check, verify, destroy (after a
+`molecule reset`).
 Molecule's own `check` step only runs converge in check mode; here a check run that reports any change
 fails, because `--check` on a converged machine must be a no-op. Each step's time is taken from the
 moment molecule announces it, and printed in the run's summary (tests/conftest.py).
@@ -42,6 +43,9 @@ def plain(line):
 def run_test(scenario):
     """molecule test -s scenario: (rc, {step: [lines]}, {step: seconds}), steps in the order they ran."""
     env = {**os.environ, "CONTAINERS_CONF": str(ROOT / "containers.conf"), "ANSIBLE_FORCE_COLOR": "0"}
+    # An interrupted run leaves molecule's state saying the machines exist, and create would skip them:
+    # reset forgets it (create.yml replaces the machines themselves).
+    subprocess.run(["molecule", "reset", "-s", scenario], cwd=ROOT, env=env, capture_output=True, check=True)
     argv = ["molecule", "test", "-s", scenario]
     output, seconds = {"start": []}, {}
     step, since = "start", time.monotonic()
@@ -73,7 +77,7 @@ def test_scenario(scenario, record_property):
     record_property("molecule_steps", seconds)
     tail = "\n".join(line for lines in output.values() for line in lines)[-6000:]
     assert rc == 0, f"molecule test -s {scenario} failed (rc {rc}):\n{tail}"
-    expected = ["destroy", "create", "prepare", "converge", "idempotence", "check", "verify"]
+    expected = ["create", "prepare", "converge", "idempotence", "check", "verify", "destroy"]
     assert all(step in output for step in expected), f"steps run: {list(output)}\n{tail}"
     changed = changed_hosts(output["check"])
     assert not changed, f"--check on the converged instances reports changes on {changed}"
