@@ -9,7 +9,7 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
 UV_VERSION=0.13.9
 PACKAGES=(podman runc debootstrap qemu-system-x86 qemu-utils busybox-static cpio kmod e2fsprogs
-          dpkg-dev python3 python3-venv git make ca-certificates openssh-client fuse3)
+          dpkg-dev python3 python3-venv git make ca-certificates openssh-client fuse3 gnupg)
 
 say() { printf '==> %s\n' "$*"; }
 

@@ -21,6 +21,7 @@ import argparse
 import hashlib
 import json
 import os
+import platform
 import shutil
 import signal
 import socket
@@ -43,8 +44,11 @@ from pve_api import Client, Login  # noqa: E402 - plugins/module_utils is on the
 INVENTORY = ROOT / "inventory" / "lab"
 STANDINS = ENGINE_DIR / "install.yml"
 SIM_GPUS = ROOT / "src" / "inferhost" / "sim" / "gpus.yml"
+APT_REPO = ROOT / "src" / "inferhost" / "sim" / "apt_repo.py"
 STANDIN_STAMP = "/opt/standin/.installed"
 STATE = ROOT / ".cache" / "lab"
+# The wing's stand-in of NVIDIA's repositories, built here, mounted read-only into every machine (lab_standin_repo).
+STANDIN_REPO = STATE / "standin-repo"
 SSH_DIR = STATE / "ssh"
 # ansible.cfg's fact_caching_connection: the facts every run caches about each machine.
 FACT_CACHE = ROOT / ".cache" / "facts"
@@ -327,6 +331,7 @@ def start_containers(lab: Lab) -> str:
             continue
         podman("rm", "-f", name, check=False)
         argv = ["run", "-d", "--name", name, "--hostname", host, "--systemd", "always", *_ssh_volumes(host)]
+        argv += ["-v", f"{STANDIN_REPO}:{hv['lab_standin_repo']['path']}:ro"]
         if hv.get("lab_host_network"):
             argv += ["--network", "host"]
         else:
@@ -405,6 +410,33 @@ def _playbook(
         name = path.relative_to(ROOT).as_posix()
         raise LabError(f"{name} {result.status}: {result.first_failure or 'see the output above'}")
     return result
+
+
+def build_standin_repo(lab: Lab) -> str:
+    """The lab's NVIDIA repository: the wing's signed stand-in (src/inferhost/sim/apt_repo.py) with the packages
+    of lab_standin_repo, and headers for the kernel the machines run (this machine's), as a distribution has
+    them for its own kernels. Built once per specification."""
+    spec = dict(next(iter(lab.hosts.values()))["lab_standin_repo"])
+    spec.pop("path")
+    kernel = platform.release()
+    spec["packages"] = [
+        {
+            "name": f"linux-headers-{kernel}",
+            "version": "1.0-1",
+            "architecture": "amd64",
+            "files": {f"/usr/src/linux-headers-{kernel}/Makefile": {"content": "# stand-in\n"}},
+            "links": {f"/usr/lib/modules/{kernel}/build": f"/usr/src/linux-headers-{kernel}"},
+        }
+    ]
+    STATE.mkdir(parents=True, exist_ok=True)
+    spec_file = STATE / "standin-repo.json"
+    spec_file.write_text(json.dumps(spec, indent=2) + "\n")
+    proc = subprocess.run(
+        [sys.executable, str(APT_REPO), str(STANDIN_REPO), str(spec_file)], capture_output=True, text=True, check=False
+    )
+    if proc.returncode != 0:
+        raise LabError(f"the stand-in NVIDIA repository: {proc.stderr.strip()[-800:] or proc.stdout.strip()}")
+    return proc.stdout.strip()
 
 
 def install_standins(lab: Lab) -> str:
@@ -569,6 +601,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     lab = Lab.from_inventory()
     lab.step("base images", build_images, lab)
     lab.step("fake Proxmox API", start_fakepve, lab)
+    lab.step("stand-in NVIDIA repository", build_standin_repo, lab)
     lab.step("podman machines", start_containers, lab)
     lab.step("stand-in GPUs and engine", install_standins, lab)
     lab.step("guests powered as the API has them", power_machines, lab)

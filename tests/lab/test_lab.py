@@ -21,6 +21,7 @@ def lab():
     the_lab = labmod.Lab.from_inventory()
     labmod.build_images(the_lab)
     labmod.start_fakepve(the_lab)
+    labmod.build_standin_repo(the_lab)
     labmod.start_containers(the_lab)
     labmod.install_standins(the_lab)
     labmod.power_machines(the_lab)

@@ -2,6 +2,7 @@
 value, except for addresses, secrets, sizes and stand-in hardware. Each allowed difference is listed here with
 its reason; any other difference fails, naming the variable and the host."""
 
+import importlib.util
 import json
 import os
 import re
@@ -27,10 +28,9 @@ ALLOWED = {
     # Stand-in hardware: what the lab's machines have instead of GPUs, a kernel and NVIDIA's repository.
     "inferhost_gpus": "stand-in hardware: the addresses of the lab host's simulated GPUs (lab_gpus)",
     "inferhost_host_has_swap": "stand-in hardware: the lab host has whatever swap this machine has",
-    "pve_host_gpu_driver_install": "stand-in hardware: no NVIDIA repository for the host",
-    "nvidia_userspace_enabled": "stand-in hardware: no NVIDIA repository or GPU for the guests' driver",
-    "cuda_toolkit_versions": "stand-in hardware: no NVIDIA repository for CUDA",
-    "cuda_toolkit_default": "stand-in hardware: no NVIDIA repository for CUDA",
+    "nvidia_userspace_repository": "address: the wing's signed stand-in of NVIDIA's repository (lab_standin_repo)",
+    "pve_host_gpu_driver_install": "stand-in hardware: the host's driver packages are not in the stand-in repository",
+    "nvidia_userspace_check_module": "stand-in hardware: the stand-in DKMS package builds no module for modinfo",
     "inference_service_services": "stand-in hardware: the stand-in engine with a stand-in checkpoint",
     "inference_service_active": "stand-in hardware: the stand-in service",
     "inference_service_device_dir": "stand-in hardware: stand-in GPU device nodes",
@@ -121,3 +121,24 @@ def test_the_fake_api_serves_the_guests_the_inventory_names(inventories):
     )
     # The host reaches the fake where a PVE host reaches its own API, as the same user.
     assert (fake["host"], fake["port"], fake["user"]) == (hv["pve_api_host"], hv["pve_api_port"], hv["pve_api_user"])
+
+
+def test_the_stand_in_repository_serves_the_pins(inventories):
+    """The lab's NVIDIA repository has the driver and the CUDA toolkits that the lab inventory pins."""
+    _, (lab, lab_listing) = inventories
+    hv = lab[first_host(lab_listing, "inference_containers")]
+    repo = hv["lab_standin_repo"]
+    assert repo["guest"]["driver_versions"] == [hv["inferhost_nvidia_driver_version"]]
+    assert [t["short"] for t in repo["cuda"]] == hv["inferhost_cuda_versions"]
+    uris = hv["nvidia_userspace_repository"]["uris"]
+    assert uris == f"file://{repo['path']}/" and hv["nvidia_userspace_repository"]["signed_by"].startswith(repo["path"])
+
+
+def test_the_stand_in_driver_builds_no_module():
+    """nvidia_userspace_check_module's reason: no stand-in guest package ships or builds an nvidia.ko."""
+    spec = importlib.util.spec_from_file_location("apt_repo", ROOT / "src" / "inferhost" / "sim" / "apt_repo.py")
+    apt_repo = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(apt_repo)
+    for pkg in apt_repo.guest_packages(["590.48.01"]):
+        assert not any(path.endswith(".ko") for path in pkg.get("files", {})), pkg["name"]
+        assert ".ko" not in pkg.get("postinst", ""), pkg["name"]
