@@ -34,7 +34,7 @@ from pathlib import Path
 from fakepve.certs import make_cert
 
 from inferhost.runner import PlaybookResult, run_playbook, use_this_environment
-from inferhost.sim import ENGINE_DIR
+from inferhost.sim import ENGINE_DIR, apt_repo
 
 ROOT = Path(__file__).resolve().parents[2]
 # The lab reads the fake API through the Proxmox API client of the stack's modules and gpu-switch.
@@ -44,7 +44,6 @@ from pve_api import Client, Login  # noqa: E402 - plugins/module_utils is on the
 INVENTORY = ROOT / "inventory" / "lab"
 STANDINS = ENGINE_DIR / "install.yml"
 SIM_GPUS = ROOT / "src" / "inferhost" / "sim" / "gpus.yml"
-APT_REPO = ROOT / "src" / "inferhost" / "sim" / "apt_repo.py"
 STANDIN_STAMP = "/opt/standin/.installed"
 STATE = ROOT / ".cache" / "lab"
 # The wing's stand-in of NVIDIA's repositories, built here, mounted read-only into every machine (lab_standin_repo).
@@ -416,27 +415,13 @@ def build_standin_repo(lab: Lab) -> str:
     """The lab's NVIDIA repository: the wing's signed stand-in (src/inferhost/sim/apt_repo.py) with the packages
     of lab_standin_repo, and headers for the kernel the machines run (this machine's), as a distribution has
     them for its own kernels. Built once per specification."""
-    spec = dict(next(iter(lab.hosts.values()))["lab_standin_repo"])
-    spec.pop("path")
-    kernel = platform.release()
-    spec["packages"] = [
-        {
-            "name": f"linux-headers-{kernel}",
-            "version": "1.0-1",
-            "architecture": "amd64",
-            "files": {f"/usr/src/linux-headers-{kernel}/Makefile": {"content": "# stand-in\n"}},
-            "links": {f"/usr/lib/modules/{kernel}/build": f"/usr/src/linux-headers-{kernel}"},
-        }
-    ]
-    STATE.mkdir(parents=True, exist_ok=True)
-    spec_file = STATE / "standin-repo.json"
-    spec_file.write_text(json.dumps(spec, indent=2) + "\n")
-    proc = subprocess.run(
-        [sys.executable, str(APT_REPO), str(STANDIN_REPO), str(spec_file)], capture_output=True, text=True, check=False
-    )
-    if proc.returncode != 0:
-        raise LabError(f"the stand-in NVIDIA repository: {proc.stderr.strip()[-800:] or proc.stdout.strip()}")
-    return proc.stdout.strip()
+    spec = {key: value for key, value in next(iter(lab.hosts.values()))["lab_standin_repo"].items() if key != "path"}
+    spec["guest"] = {**spec["guest"], "kernels": [platform.release()]}
+    try:
+        built = apt_repo.build(str(STANDIN_REPO), spec)
+    except (OSError, subprocess.CalledProcessError) as exc:
+        raise LabError(f"the stand-in NVIDIA repository: {exc}") from exc
+    return "built" if built else "unchanged"
 
 
 def install_standins(lab: Lab) -> str:

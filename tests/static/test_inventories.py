@@ -2,7 +2,6 @@
 value, except for addresses, secrets, sizes and stand-in hardware. Each allowed difference is listed here with
 its reason; any other difference fails, naming the variable and the host."""
 
-import importlib.util
 import json
 import os
 import re
@@ -10,6 +9,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
+
+from inferhost.sim import apt_repo
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.static
@@ -136,9 +137,6 @@ def test_the_stand_in_repository_serves_the_pins(inventories):
 
 def test_the_stand_in_driver_builds_no_module():
     """nvidia_userspace_check_module's reason: no stand-in guest package ships or builds an nvidia.ko."""
-    spec = importlib.util.spec_from_file_location("apt_repo", ROOT / "src" / "inferhost" / "sim" / "apt_repo.py")
-    apt_repo = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(apt_repo)
     for pkg in apt_repo.guest_packages(["590.48.01"]):
         assert not any(path.endswith(".ko") for path in pkg.get("files", {})), pkg["name"]
         assert ".ko" not in pkg.get("postinst", ""), pkg["name"]

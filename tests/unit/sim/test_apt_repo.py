@@ -36,6 +36,12 @@ def test_guest_stand_ins_carry_nvidias_ubuntu_names_and_the_kernel_module_is_onl
     assert set(GUEST) <= set(by_name)
     assert by_name["nvidia-utils"]["depends"] == "libnvidia-compute (= 590.48.01-1)"
     assert by_name["nvidia-utils"]["recommends"] == "nvidia-dkms-open (= 590.48.01-1)"
+    assert not any(name.startswith("linux-headers-") for name in by_name)
+
+
+def test_guest_kernels_get_headers_where_dkms_looks_for_them():
+    headers = _by_name(apt_repo.guest_packages(["590.48.01"], ["6.8.0-51-generic"]))["linux-headers-6.8.0-51-generic"]
+    assert headers["links"] == {"/usr/lib/modules/6.8.0-51-generic/build": "/usr/src/linux-headers-6.8.0-51-generic"}
 
 
 def test_every_pinning_package_excludes_the_others_and_ships_the_one_preferences_file():
