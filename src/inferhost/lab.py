@@ -415,8 +415,13 @@ def build_standin_repo(lab: Lab) -> str:
     """The lab's NVIDIA repository: the wing's signed stand-in (src/inferhost/sim/apt_repo.py) with the packages
     of lab_standin_repo, and headers for the kernel the machines run (this machine's), as a distribution has
     them for its own kernels. Built once per specification."""
-    spec = {key: value for key, value in next(iter(lab.hosts.values()))["lab_standin_repo"].items() if key != "path"}
-    spec["guest"] = {**spec["guest"], "kernels": [platform.release()]}
+    standin = next(iter(lab.hosts.values()))["lab_standin_repo"]
+    versions = standin["driver_versions"]
+    spec = {
+        "nvidia": {"driver_versions": versions},
+        "guest": {"driver_versions": versions, "kernels": [platform.release()]},
+        "cuda": standin["cuda"],
+    }
     try:
         built = apt_repo.build(str(STANDIN_REPO), spec)
     except (OSError, subprocess.CalledProcessError) as exc:
@@ -463,8 +468,25 @@ def install_gpus(lab: Lab) -> str:
     /sys and /proc as on a real host. The inventory's inferhost_gpus names them, as a user's names theirs."""
     host = _pve_host(lab)
     gpus = lab.hosts[host]["lab_gpus"]
-    result = _playbook(SIM_GPUS, extravars={"sim_gpus": gpus}, limit=host)
+    extravars = {"sim_gpus": gpus, "sim_gpus_modules": lab.hosts[host]["lab_gpu_modules"]}
+    result = _playbook(SIM_GPUS, extravars=extravars, limit=host)
     return f"{len(gpus)} GPUs on {host}, changed={result.changed}"
+
+
+def reboot_host(lab: Lab) -> str:
+    """The lab's stand-in for the host's reboot: its machine restarts (systemd from the start, /run emptied, so
+    the reboot marker is gone) and the simulated GPUs boot with the nvidia module of the installed driver."""
+    host = _pve_host(lab)
+    name = CONTAINER_PREFIX + host
+    podman("restart", "-t", "5", name)
+    wait_for_systemd(name)
+    wait_for_ssh(host, lab.hosts[host])
+    listing = podman("exec", name, "systemctl", "--failed", "--plain", "--no-legend", "--no-pager").stdout
+    failed = [line.split()[0] for line in listing.splitlines() if line.strip()]
+    if failed:
+        raise LabError(f"{host}: units failed at the boot: {', '.join(failed)}")
+    loaded = podman("exec", name, "cat", "/sys/module/nvidia/version", check=False).stdout.strip()
+    return f"{host} rebooted, nvidia module {loaded or 'not loaded'}"
 
 
 def _pve_host(lab: Lab) -> str:
@@ -516,11 +538,12 @@ def gpu_switch_over_ssh(lab: Lab, to: str) -> str:
 
 def deploy_in_order(lab: Lab) -> list[tuple[str, float, str, object]]:
     """The README's first deployment, each step on its own with a cold fact cache, as a user runs it: host.yml,
-    container.yml, validate.yml on the container, gpu-switch to-vm, vm.yml, gpu-switch to-ct. Each step as
-    (name, seconds, note, what it returned)."""
+    the host's reboot, container.yml, validate.yml on the container, gpu-switch to-vm, vm.yml, gpu-switch to-ct.
+    Each step as (name, seconds, note, what it returned)."""
     playbooks = ROOT / "playbooks"
     steps = [
         ("host.yml", lambda cache: _playbook(playbooks / "host.yml", fact_cache=cache)),
+        ("reboot the host", lambda _: reboot_host(lab)),
         ("container.yml", lambda cache: _playbook(playbooks / "container.yml", fact_cache=cache)),
         ("validate.yml", lambda cache: validate(lab, fact_cache=cache)),
         ("gpu-switch to-vm", lambda _: gpu_switch_over_ssh(lab, "vm")),

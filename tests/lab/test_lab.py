@@ -341,3 +341,32 @@ def test_a_new_engine_release_restarts_the_service_only_once_the_engine_accepts_
     assert _on(lab, "lab-ct", unit_file) == written
     rc, out = _ansible_playbook("playbooks/container.yml", "--tags", "role::inference_service")
     assert rc == 0 and not re.search(r"changed=[1-9]", out), out[-3000:]
+
+
+# --- day two's driver change, last: it leaves the lab on the next driver (the fixture removes the lab) --------
+
+
+def test_the_driver_change_reaches_the_container_after_the_hosts_reboot(lab, deployed):
+    """docs/host.md's driver change on a user's road: the new pin, host.yml with the change allowed, the host's
+    reboot, then container.yml alone with a cold fact cache. The container's userspace follows the module the
+    host runs after the reboot, not the facts host.yml wrote before it."""
+    current, new = lab.hosts["lab-pve"]["lab_standin_repo"]["driver_versions"]
+    pin = {"inferhost_nvidia_driver_version": new}
+    host = labmod._playbook(
+        labmod.ROOT / "playbooks" / "host.yml",
+        extravars={**pin, "pve_host_gpu_driver_change_allowed": True},
+        fact_cache=labmod.cold_fact_cache("driver-change-host"),
+    )
+    assert f"NVIDIA driver {new} installed (replacing {current})" in labmod.reboot_reasons(host)
+    assert _on(lab, "lab-pve", "dpkg-query -W -f '${Version}' nvidia-kernel-open-dkms") == new + "-1"
+    facts = json.loads(_on(lab, "lab-pve", "cat /etc/ansible/facts.d/inferhost_gpus.fact"))
+    assert (facts["driver_version"], facts["loaded_driver_version"]) == (new, current)
+
+    assert labmod.reboot_host(lab) == f"lab-pve rebooted, nvidia module {new}"
+    # With the host's facts alone (loaded: the old module) the container would refuse the new pin.
+    labmod._playbook(
+        labmod.ROOT / "playbooks" / "container.yml",
+        extravars=pin,
+        fact_cache=labmod.cold_fact_cache("driver-change-container"),
+    )
+    assert _on(lab, "lab-ct", "dpkg-query -W -f '${Version}' libnvidia-compute") == new + "-1"

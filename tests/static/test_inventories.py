@@ -30,7 +30,8 @@ ALLOWED = {
     "inferhost_gpus": "stand-in hardware: the addresses of the lab host's simulated GPUs (lab_gpus)",
     "inferhost_host_has_swap": "stand-in hardware: the lab host has whatever swap this machine has",
     "nvidia_userspace_repository": "address: the wing's signed stand-in of NVIDIA's repository (lab_standin_repo)",
-    "pve_host_gpu_driver_install": "stand-in hardware: the host's driver packages are not in the stand-in repository",
+    "pve_host_gpu_nvidia_repo_url": "address: the wing's signed stand-in of NVIDIA's repository (lab_standin_repo)",
+    "pve_host_gpu_nvidia_repo_key_url": "address: the stand-in repository's signing key",
     "nvidia_userspace_check_module": "stand-in hardware: the stand-in DKMS package builds no module for modinfo",
     "inference_service_services": "stand-in hardware: the stand-in engine with a stand-in checkpoint",
     "inference_service_active": "stand-in hardware: the stand-in service",
@@ -129,10 +130,14 @@ def test_the_stand_in_repository_serves_the_pins(inventories):
     _, (lab, lab_listing) = inventories
     hv = lab[first_host(lab_listing, "inference_containers")]
     repo = hv["lab_standin_repo"]
-    assert repo["guest"]["driver_versions"] == [hv["inferhost_nvidia_driver_version"]]
+    # The pin, then the next driver (tests/lab's driver change).
+    assert repo["driver_versions"][0] == hv["inferhost_nvidia_driver_version"] and len(repo["driver_versions"]) == 2
     assert [t["short"] for t in repo["cuda"]] == hv["inferhost_cuda_versions"]
     uris = hv["nvidia_userspace_repository"]["uris"]
     assert uris == f"file://{repo['path']}/" and hv["nvidia_userspace_repository"]["signed_by"].startswith(repo["path"])
+    host = lab[first_host(lab_listing, "pve_hosts")]
+    assert host["pve_host_gpu_nvidia_repo_url"] == uris
+    assert host["pve_host_gpu_nvidia_repo_key_url"] == f"file://{repo['path']}/standin.asc"
 
 
 def test_the_stand_in_driver_builds_no_module():

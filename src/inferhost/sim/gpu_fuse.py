@@ -12,6 +12,12 @@ model's. Nothing is cached by the kernel (zero attribute and entry timeouts, dir
 them: ``/sys/bus/pci``, ``/sys/devices/pci0000:00``, ``/sys/kernel/iommu_groups`` and ``/proc/driver``;
 gpu-switch then reads and writes the real paths, in child processes, with its default configuration.
 
+``--boot-marker FILE`` (on /run, which a reboot empties) tells a boot from a restart of the service: at a
+boot the model reboots (overrides gone, every function probed afresh) and each ``--module NAME=PACKAGE``
+loads at the version of that Debian package as dpkg has it installed, or not at all when it is not: the
+module DKMS built for the kernel, as a real host loads it. Its ``/sys/module`` is then bound over the
+machine's.
+
 When the crash trigger fires, the writing process dies as gpu-switch would: the writer and, when the writer
 is gpu-switch's one-shot child, gpu-switch itself.
 """
@@ -27,6 +33,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 
 try:  # PyPI's binding for libfuse 2 and 3, or Debian's python3-fusepy
     import mfusepy as fuse
@@ -121,17 +128,46 @@ def wait_mounted(mount: str, timeout: float = 10.0) -> None:
         time.sleep(0.05)
 
 
-def _bind(mount: str) -> None:
+def _bind(mount: str, binds) -> None:
     """Once the filesystem answers, mount its subtrees where a real host has them."""
     wait_mounted(mount, timeout=60)
-    for rel, target in BINDS:
+    for rel, target in binds:
         subprocess.run(["mount", "--bind", os.path.join(mount, rel), target], check=True)
-    print(f"gpu_fuse: bound {', '.join(t for _, t in BINDS)}", flush=True)
+    print(f"gpu_fuse: bound {', '.join(t for _, t in binds)}", flush=True)
 
 
-def _unbind() -> None:
-    for _, target in reversed(BINDS):
+def _unbind(binds) -> None:
+    for _, target in reversed(binds):
         subprocess.run(["umount", "-l", target], check=False, capture_output=True)
+
+
+def installed_version(package: str) -> str | None:
+    """The upstream version of an installed Debian package (590.48.01 of 590.48.01-1), None when not installed
+    (the status's second letter; the first is the selection, h for a held package)."""
+    proc = subprocess.run(
+        ["dpkg-query", "-W", "-f", "${db:Status-Abbrev} ${Version}", package],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    fields = proc.stdout.split()  # "hi  590.48.01-1": the abbreviation has a third, blank letter
+    if proc.returncode != 0 or len(fields) != 2 or fields[0][1:2] != "i":
+        return None
+    return fields[1].rsplit("-", 1)[0]
+
+
+def boot(kernel: FakeKernel, marker: str, modules: list[str], fresh: bool) -> None:
+    """What this machine's boot does to the model, once per boot (marker is on /run): see the module doc."""
+    if os.path.exists(marker):
+        return
+    if not fresh:
+        kernel.reboot(str(uuid.uuid4()))
+    for spec in modules:
+        name, _, package = spec.partition("=")
+        kernel.load_module(name, installed_version(package))
+    os.makedirs(os.path.dirname(marker), exist_ok=True)
+    with open(marker, "w", encoding="utf-8") as fh:
+        fh.write("booted\n")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -141,10 +177,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--gpus", default="2", help="a count, or a JSON list of {address, numa_node}, or @FILE")
     p.add_argument("--dev", help="the device directory for /dev/nvidiaN (default STATE/dev)")
     p.add_argument("--bind", action="store_true", help="bind the served subtrees over /sys and /proc")
+    p.add_argument("--boot-marker", help="a file on /run: its absence means this start is a boot")
+    p.add_argument("--module", action="append", default=[], help="NAME=PACKAGE: loaded at a boot when installed")
     args = p.parse_args(argv)
     sysfs, proc = os.path.join(args.state, "sys"), os.path.join(args.state, "proc")
     dev = args.dev or os.path.join(args.state, "dev")
-    if not os.path.exists(os.path.join(sysfs, META)):
+    fresh = not os.path.exists(os.path.join(sysfs, META))
+    if fresh:
         text = args.gpus
         if text.startswith("@"):
             with open(text[1:], encoding="utf-8") as fh:
@@ -153,9 +192,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gpu_fuse: built {', '.join(build(args.state, gpus, dev=dev))}", flush=True)
     kernel = FakeKernel.open(sysfs, proc, dev)
     kernel.on_crash = _caller_dies
+    os.makedirs(os.path.join(sysfs, "module"), exist_ok=True)  # a tree built before modules were modelled
+    binds = BINDS
+    if args.boot_marker:
+        boot(kernel, args.boot_marker, args.module, fresh)
+        binds = (*BINDS, ("sys/module", "/sys/module"))
     os.makedirs(args.mount, exist_ok=True)
     if args.bind:
-        threading.Thread(target=_bind, args=(args.mount,), daemon=True).start()
+        threading.Thread(target=_bind, args=(args.mount, binds), daemon=True).start()
     try:
         fuse.FUSE(
             GpuFs(args.state, kernel),
@@ -169,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     finally:
         if args.bind:
-            _unbind()
+            _unbind(binds)
     return 0
 
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shutil
 import signal
 import threading
 import time
@@ -65,6 +66,7 @@ class FakeKernel:
             os.path.join(sysfs, "bus", "pci", "drivers"),
             os.path.join(sysfs, "kernel", "iommu_groups"),
             os.path.join(sysfs, "devices", "pci0000:00"),
+            os.path.join(sysfs, "module"),
             os.path.join(proc, "sys", "kernel", "random"),
             dev,
         ):
@@ -225,6 +227,16 @@ class FakeKernel:
                 self._bind(bdf, native)
         with open(os.path.join(self.proc, "sys", "kernel", "random", "boot_id"), "w") as fh:
             fh.write(boot_id + "\n")
+
+    def load_module(self, name: str, version: str | None) -> None:
+        """What a loaded module shows in sysfs: /sys/module/<name>/version. None: the module is not loaded."""
+        base = os.path.join(self.root, "module", name)
+        if version is None:
+            shutil.rmtree(base, ignore_errors=True)
+            return
+        os.makedirs(base, exist_ok=True)
+        with open(os.path.join(base, "version"), "w") as fh:
+            fh.write(version + "\n")
 
     # -------------------------------------------------------------- state
 
