@@ -31,7 +31,8 @@ def lab():
 
 @pytest.fixture(scope="module")
 def deployed(lab):
-    """host.yml, container.yml, validate.yml, gpu-switch to-vm, vm.yml, gpu-switch to-ct, in that order."""
+    """host.yml, the host's reboot, host.yml, container.yml, validate.yml, gpu-switch to-vm, vm.yml, gpu-switch
+    to-ct, in that order."""
     return {name: (seconds, result) for name, seconds, _, result in labmod.deploy_in_order(lab)}
 
 
@@ -148,10 +149,10 @@ def test_the_container_play_alone_reads_the_hosts_driver_version(lab, deployed):
         fact_cache=labmod.cold_fact_cache("container-alone"),
     )
     assert result.status == "successful"
-    # The version it compared is the host's own: with the host's facts saying another driver, the pin is refused,
-    # naming both (the host's facts file is put back afterwards).
-    fact = "/etc/ansible/facts.d/inferhost_gpus.fact"
-    _on(lab, "lab-pve", f"cp -p {fact} {fact}.keep && sed -i 's/590.48.01/590.99.01/' {fact}")
+    # The version it compared is the one the host runs: with the host's module at another version (written into
+    # the simulated GPUs' tree), the pin is refused, naming both (the module's version is put back afterwards).
+    module = "/var/lib/inferhost-sim/sys/module/nvidia/version"
+    _on(lab, "lab-pve", f"cp -p {module} /root/nvidia-version.keep && echo 590.99.01 > {module}")
     try:
         with pytest.raises(
             labmod.LabError, match=r"userspace 590\.48\.01, but the host lab-pve runs the driver 590\.99\.01"
@@ -164,7 +165,7 @@ def test_the_container_play_alone_reads_the_hosts_driver_version(lab, deployed):
                 fact_cache=labmod.cold_fact_cache("container-alone-other-driver"),
             )
     finally:
-        _on(lab, "lab-pve", f"mv {fact}.keep {fact}")
+        _on(lab, "lab-pve", f"cp /root/nvidia-version.keep {module}")
 
 
 def test_after_the_deployment_site_yml_changes_nothing(lab, deployed):
