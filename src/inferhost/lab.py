@@ -34,7 +34,7 @@ from pathlib import Path
 from fakepve.certs import make_cert
 
 from inferhost.runner import PlaybookResult, run_playbook, use_this_environment
-from inferhost.sim import ENGINE_DIR, apt_repo
+from inferhost.sim import ENGINE_DIR, apt_repo, pve_power
 
 ROOT = Path(__file__).resolve().parents[2]
 # The lab reads the fake API through the Proxmox API client of the stack's modules and gpu-switch.
@@ -211,7 +211,7 @@ def power_machines(lab: Lab) -> str:
         status = api.status(kind, guest["vmid"])
         running = podman("container", "inspect", "--format", "{{.State.Running}}", CONTAINER_PREFIX + host).stdout
         if status == "running" and running.strip() != "true":
-            podman("start", CONTAINER_PREFIX + host)
+            start_machine(lab, host)
             wait_for_ssh(host, lab.hosts[host])
         elif status != "running" and running.strip() == "true":
             podman("stop", "-t", "10", CONTAINER_PREFIX + host)
@@ -317,42 +317,95 @@ def wait_for_ssh(host: str, hv: dict, timeout: float = 60) -> None:
 # --- the podman machines ----------------------------------------------------------------------------
 
 
+def gpu_tree(host: str) -> Path:
+    """Where a lab host's simulated GPUs keep their tree (its /var/lib/inferhost-sim): on this machine, so that
+    its containers see the host's PCI devices, as an LXC container sees its host's."""
+    return STATE / "gpu-tree" / host
+
+
+def _machine_argv(lab: Lab, host: str, hv: dict) -> list[str]:
+    """podman run's arguments for one lab machine."""
+    argv = ["run", "-d", "--name", CONTAINER_PREFIX + host, "--hostname", host, "--systemd", "always"]
+    argv += [*_ssh_volumes(host), "-v", f"{STANDIN_REPO}:{hv['lab_standin_repo']['path']}:ro"]
+    if hv.get("lab_host_network"):
+        argv += ["--network", "host"]
+    else:
+        address, port = ssh_endpoint(hv)
+        argv += ["-p", f"{address}:{port}:22"]
+    command = ["/sbin/init"]
+    if host in lab.groups.get("pve_hosts", []):
+        # A Proxmox VE node has its cluster's CA; the lab host has the fake API's certificate there.
+        argv += ["-v", f"{STATE / 'fakepve.crt'}:{PVE_CA}:ro"]
+        # Its GPUs are simulated over FUSE (install_gpus), mounted where a host's sysfs has them.
+        gpu_tree(host).mkdir(parents=True, exist_ok=True)
+        argv += ["--device", "/dev/fuse", "--cap-add", "SYS_ADMIN", "-v", f"{gpu_tree(host)}:/var/lib/inferhost-sim"]
+    if host in lab.groups.get("inference_containers", []):
+        # The host's PCI devices, read-only, as LXC shows them; device nodes come from its devN entries at each
+        # start, made before its init runs (pve_power.pass_devices).
+        tree = gpu_tree(hv["inferhost_pve_host"]) / "sys"
+        for sub in ("bus/pci", "devices/pci0000:00"):
+            argv += ["--mount", f'type=bind,src={tree / sub},"dst=/sys/{sub}",ro']
+        command = ["/bin/sh", "-c", pve_power.PRESTART_WAIT]
+    return [*argv, f"localhost/debian-systemd:{hv['lab_image_release']}", *command]
+
+
+def start_machine(lab: Lab, host: str) -> None:
+    """podman start of an existing machine; a container's gets the device nodes of its devN entries first."""
+    name = CONTAINER_PREFIX + host
+    podman("start", name)
+    if host in lab.groups.get("inference_containers", []):
+        pass_api_devices(lab, host)
+
+
+def pass_api_devices(lab: Lab, host: str) -> None:
+    """The container's device nodes from its devN entries in the API, as PVE makes them at its start."""
+    vmid = next(v for v, h in guest_machines(lab).items() if h == host)
+    config = api_client(lab).config("lxc", vmid)
+    node = CONTAINER_PREFIX + lab.hosts[host]["inferhost_pve_host"]
+
+    def run(*argv):
+        return podman(*argv, check=False)
+
+    try:
+        pve_power.pass_devices(CONTAINER_PREFIX + host, pve_power.read_devices(node, config, run), run)
+    except pve_power.TaskError as exc:
+        raise LabError(f"{host}: {exc}") from exc
+
+
 def start_containers(lab: Lab) -> str:
+    """The lab's machines: the Proxmox hosts with their simulated GPUs first, then the guests, which see them."""
     prepare_ssh(lab)
+    hosts = [h for h in sorted(lab.hosts) if h in lab.groups.get("pve_hosts", [])]
+    started = _start_machines(lab, hosts)
+    install_gpus(lab)  # the host machine's hardware, before anything looks at it (a no-op when in place)
+    started += _start_machines(lab, [h for h in sorted(lab.hosts) if h not in hosts])
+    return "started " + ", ".join(started) if started else "already running"
+
+
+def _start_machines(lab: Lab, hosts: list[str]) -> list[str]:
     started = []
-    for host, hv in sorted(lab.hosts.items()):
+    for host in hosts:
         name = CONTAINER_PREFIX + host
         state = podman("container", "inspect", "--format", "{{.State.Status}}", name, check=False)
         # A machine that exists is kept, running or not: power_machines gives it the API's power state.
         if state.returncode == 0 and state.stdout.strip() in {"running", "exited", "stopped"}:
             if state.stdout.strip() != "running":
-                podman("start", name)
+                start_machine(lab, host)
             continue
         podman("rm", "-f", name, check=False)
-        argv = ["run", "-d", "--name", name, "--hostname", host, "--systemd", "always", *_ssh_volumes(host)]
-        argv += ["-v", f"{STANDIN_REPO}:{hv['lab_standin_repo']['path']}:ro"]
-        if hv.get("lab_host_network"):
-            argv += ["--network", "host"]
-        else:
-            address, port = ssh_endpoint(hv)
-            argv += ["-p", f"{address}:{port}:22"]
-        if host in lab.groups.get("pve_hosts", []):
-            # A Proxmox VE node has its cluster's CA; the lab host has the fake API's certificate there.
-            argv += ["-v", f"{STATE / 'fakepve.crt'}:{PVE_CA}:ro"]
-            # Its GPUs are simulated over FUSE (install_gpus), mounted where a host's sysfs has them.
-            argv += ["--device", "/dev/fuse", "--cap-add", "SYS_ADMIN"]
-        podman(*argv, f"localhost/debian-systemd:{hv['lab_image_release']}", "/sbin/init")
+        podman(*_machine_argv(lab, host, lab.hosts[host]))
+        if host in lab.groups.get("inference_containers", []):
+            pass_api_devices(lab, host)
         started.append(host)
-    for host, hv in sorted(lab.hosts.items()):
+    for host in hosts:
         wait_for_systemd(CONTAINER_PREFIX + host)
-        wait_for_ssh(host, hv)
+        wait_for_ssh(host, lab.hosts[host])
     for host in started:
         # The images carry no package lists, as a freshly installed machine has them.
         proc = podman("exec", CONTAINER_PREFIX + host, "apt-get", "update", "-qq", check=False)
         if proc.returncode != 0:
             raise LabError(f"{host}: apt-get update failed: {proc.stderr.strip()[-500:]}")
-    install_gpus(lab)  # the host machine's hardware, before anything looks at it (a no-op when in place)
-    return "started " + ", ".join(started) if started else "already running"
+    return started
 
 
 def wait_for_systemd(name: str, timeout: float = 120) -> None:
@@ -371,6 +424,8 @@ def remove_containers(lab: Lab) -> None:
     for host in sorted(lab.hosts):
         podman("rm", "-f", "-t", "2", CONTAINER_PREFIX + host, check=False)
         (FACT_CACHE / host).unlink(missing_ok=True)
+    # A new host's simulated GPUs start from a new tree.
+    shutil.rmtree(STATE / "gpu-tree", ignore_errors=True)
 
 
 # --- playbooks --------------------------------------------------------------------------------------
@@ -430,15 +485,13 @@ def build_standin_repo(lab: Lab) -> str:
 
 
 def install_standins(lab: Lab) -> str:
-    """What the lab's container stands in for: GPUs (device nodes, sysfs bindings) and an engine with a model.
-    On a real host these are the hardware and the environments python_env builds."""
-    gpus = [g["address"] for g in lab.hosts[_pve_host(lab)]["inferhost_gpus"]]
+    """What the lab's container stands in for: an engine with a model. On a real host these are the environments
+    python_env builds; the container's GPUs are its host's (start_containers)."""
     # The machines keep their stand-ins; install them again only when they or their definition changed.
     stamp = hashlib.sha256(
         b"".join(
             p.read_bytes() for p in sorted(STANDINS.parent.rglob("*")) if p.is_file() and "__pycache__" not in p.parts
         )
-        + repr(gpus).encode()
     ).hexdigest()[:16]
     stale = [
         h
@@ -446,12 +499,11 @@ def install_standins(lab: Lab) -> str:
         if podman("exec", CONTAINER_PREFIX + h, "cat", STANDIN_STAMP, check=False).stdout.strip() != stamp
     ]
     if not stale:
-        return f"{len(gpus)} GPUs, unchanged"
+        return "unchanged"
     result = _playbook(
         STANDINS,
         extravars={
             "standin_hosts": "inference_containers",
-            "standin_gpus": gpus,
             "standin_models": ["/srv/models/standin-a"],
             # nccl_tuning writes the real environment file in the lab.
             "standin_nccl_env": False,
@@ -460,7 +512,7 @@ def install_standins(lab: Lab) -> str:
     )
     for host in stale:
         podman("exec", CONTAINER_PREFIX + host, "sh", "-c", f"echo {stamp} > {STANDIN_STAMP}")
-    return f"{len(gpus)} GPUs, changed={result.changed}"
+    return f"changed={result.changed}"
 
 
 def install_gpus(lab: Lab) -> str:
@@ -613,7 +665,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     lab.step("fake Proxmox API", start_fakepve, lab)
     lab.step("stand-in NVIDIA repository", build_standin_repo, lab)
     lab.step("podman machines", start_containers, lab)
-    lab.step("stand-in GPUs and engine", install_standins, lab)
+    lab.step("stand-in engine", install_standins, lab)
     lab.step("guests powered as the API has them", power_machines, lab)
     result = lab.step("converge site.yml" + (" (check)" if args.check else ""), converge, lab, args.check)
     lab.timings[-1] = (*lab.timings[-1][:2], f"changed={result.changed}")

@@ -208,6 +208,30 @@ def test_gpu_switch_playbook_moves_the_gpus_to_the_vm_and_back(lab, deployed):
     assert labmod.move_gpus(lab, "ct").startswith("owner=ct gpus=8 changed=False")
 
 
+def test_the_container_sees_its_hosts_gpus_as_an_lxc_container_does(lab, deployed):
+    """Device nodes from its devN entries, the host's PCI devices in /sys, the stand-in driver's nvidia-smi: a
+    GPU the host takes off nvidia is gone from nvidia-smi and the guard refuses the service on it."""
+    config = labmod.guest_configs(lab)[0]
+    entries = sorted(v.split(",")[0] for k, v in config.items() if re.fullmatch(r"dev\d+", k))
+    assert _on(lab, "lab-ct", "ls -d /dev/nvidia*").split() == entries
+    addresses = [g["address"] for g in lab.hosts["lab-pve"]["inferhost_gpus"]]
+    smi = "nvidia-smi --query-gpu=index,pci.bus_id --format=csv,noheader"
+    assert _on(lab, "lab-ct", smi).splitlines() == [f"{i}, 0000{a.upper()}" for i, a in enumerate(addresses)]
+
+    unit, gpu = "inference-lab-standin.service", addresses[1]
+    _on(lab, "lab-pve", f"echo {gpu} > /sys/bus/pci/drivers/nvidia/unbind")
+    try:
+        since = _on(lab, "lab-ct", "date +%s")
+        restart = [*labmod.ssh_argv(lab, "lab-ct"), f"systemctl restart {unit}"]
+        assert subprocess.run(restart, capture_output=True, check=False).returncode != 0
+        journal = _on(lab, "lab-ct", f"journalctl -u {unit} --since @{since} --no-pager")
+        assert f"GPU {gpu} is bound to no driver (not usable here)" in journal
+        assert "1, " not in [line[:3] for line in _on(lab, "lab-ct", smi).splitlines()]
+    finally:
+        _on(lab, "lab-pve", f"echo {gpu} > /sys/bus/pci/drivers/nvidia/bind")
+    _on(lab, "lab-ct", f"systemctl reset-failed {unit}; systemctl restart {unit}")
+
+
 def test_validate_asks_the_service_its_questions(lab, deployed):
     assert "3/3 prompts answered well" in labmod.validate(lab)
 

@@ -35,9 +35,6 @@ ALLOWED = {
     "nvidia_userspace_check_module": "stand-in hardware: the stand-in DKMS package builds no module for modinfo",
     "inference_service_services": "stand-in hardware: the stand-in engine with a stand-in checkpoint",
     "inference_service_active": "stand-in hardware: the stand-in service",
-    "inference_service_device_dir": "stand-in hardware: stand-in GPU device nodes",
-    "inference_service_sysfs_root": "stand-in hardware: a stand-in sysfs tree with the GPUs on nvidia",
-    "inference_service_nvidia_smi": "stand-in hardware: the stand-in nvidia-smi has no GPU to answer --query-gpu for",
     "inference_service_hardware": "stand-in hardware: the lab's GPUs have no memory or bandwidth to state",
     # Sizes and times.
     "gpu_switch_timeouts": "time: fakepve runs PVE's seconds ten times faster",

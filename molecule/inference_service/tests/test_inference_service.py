@@ -9,7 +9,7 @@ import pytest
 
 KEY = "molecule-key"
 UNIT_A, UNIT_B = "inference-svc-a.service", "inference-svc-b.service"
-NODE = "/srv/standin-dev/nvidia1"
+NODE = "/dev/nvidia1"
 
 
 def show(host, unit, *props):
@@ -115,7 +115,7 @@ def test_units_are_rendered_as_designed(host):
         "EnvironmentFile=/etc/inferhost/services/svc-a.secret.env",
         'Environment="VLLM_ENGINE_READY_TIMEOUT_S=120"',
         "ExecStart=/opt/venvs/standin/bin/vllm serve /srv/models/standin-a --served-model-name standin-a",
-        "ExecStartPre=+/usr/local/libexec/inferhost/gpu-guard check --unit %n --device /srv/standin-dev/nvidia0",
+        "ExecStartPre=+/usr/local/libexec/inferhost/gpu-guard check --unit %n --device /dev/nvidia0",
     ):
         assert line in unit, line
     assert KEY not in unit
@@ -319,11 +319,16 @@ def test_guard_cleans_up_leftovers_of_its_own_unit(host, restore_a):
 
 
 def test_guard_refuses_gpus_given_to_the_vm(host, restore_a):
-    link = "/srv/standin-sys/bus/pci/devices/0000:02:00.0/driver"
-    host.run_expect([0], f"ln -sfn ../../drivers/vfio-pci {link}")
+    """Through the simulated kernel, as gpu-switch moves a GPU: off nvidia, onto vfio-pci, and back."""
+    gpu, pci = "0000:02:00.0", "/sys/bus/pci"
+    host.run_expect([0], f"echo {gpu} > {pci}/drivers/nvidia/unbind")
+    host.run_expect([0], f"echo vfio-pci > {pci}/devices/{gpu}/driver_override")
+    host.run_expect([0], f"echo {gpu} > {pci}/drivers/vfio-pci/bind")
     try:
         since = int(time.time())
         assert host.run(f"systemctl restart {UNIT_A}").rc != 0
-        assert "GPU 0000:02:00.0 is bound to vfio-pci (given to the VM)" in journal(host, UNIT_A, since)
+        assert f"GPU {gpu} is bound to vfio-pci (given to the VM)" in journal(host, UNIT_A, since)
     finally:
-        host.run_expect([0], f"ln -sfn ../../drivers/nvidia {link}")
+        host.run_expect([0], f"echo {gpu} > {pci}/drivers/vfio-pci/unbind")
+        host.run_expect([0], f"echo > {pci}/devices/{gpu}/driver_override")
+        host.run_expect([0], f"echo {gpu} > {pci}/drivers/nvidia/bind")

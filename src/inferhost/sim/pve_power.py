@@ -8,11 +8,19 @@ plays reach a machine a real host would have switched off. Here a guest's status
 a start runs the guest's hookscript (``pre-start``, on the node's machine, as PVE runs it on the node) and
 fails the start task when the hook refuses, then starts the machine; a stop stops the machine, then runs
 ``post-stop``. A guest without a machine behaves as fakepve's own.
+
+A container's ``devN`` entries are its device nodes, as LXC makes them: at each start every path must exist on
+the node ("Device ... does not exist" fails the start) and appears in the machine's ``/dev`` as the node has
+it, before the machine's init runs (the lab starts a container's machine with PRESTART_WAIT as its command);
+a running container takes a new entry at once (PVE's hotplug), a changed or deleted one at its next start.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import re
+import shlex
 import subprocess
 import sys
 
@@ -23,6 +31,63 @@ from fakepve.model import FakeVm, TaskError
 # PVE's default path of storage "local": hookscripts are snippets there (<storage>:snippets/<file>).
 STORAGE_PATHS = {"local": "/var/lib/vz"}
 STOP_SECONDS = "10"
+# A container's machine runs its init once the prestart step has made its device nodes (pass_devices).
+PRESTART_DONE = "/dev/.inferhost-prestart-done"
+PRESTART_WAIT = (
+    f"i=0; while [ ! -e {PRESTART_DONE} ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; exec /sbin/init"
+)
+DEV_KEY = re.compile(r"^dev(\d+)$")
+
+
+def _podman(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["podman", *argv], capture_output=True, text=True, check=False)
+
+
+def device_entries(config: dict) -> list[tuple[str, dict]]:
+    """The container's devN entries in order: (path, {option: value})."""
+    entries = []
+    for key in sorted((k for k in config if DEV_KEY.match(k)), key=lambda k: int(DEV_KEY.match(k)[1])):
+        parts = str(config[key]).split(",")
+        options = dict(p.split("=", 1) for p in parts[1:] if "=" in p)
+        path = parts[0].split("=", 1)[1] if parts[0].startswith("path=") else parts[0]
+        entries.append((path, options))
+    return entries
+
+
+def read_devices(node: str, config: dict, run=_podman) -> list[tuple[str, str]]:
+    """What LXC's start reads of each devN path on the node: [(path, how to make it in the container)]. A path
+    the node lacks fails the start, as on PVE. The simulated GPUs' nodes are plain files: the container gets
+    a plain file too, which processes can hold open as they hold a GPU."""
+    entries = device_entries(config)
+    if not entries:
+        return []
+    script = 'for p in "$@"; do if [ -e "$p" ]; then stat -c "%F|%t|%T|%a" "$p"; else echo missing; fi; done'
+    proc = run("exec", node, "sh", "-c", script, "sh", *(path for path, _ in entries))
+    lines = proc.stdout.splitlines()
+    if proc.returncode != 0 or len(lines) != len(entries):
+        raise TaskError(f"reading the device nodes on {node} failed: {proc.stderr.strip()}")
+    made = []
+    for (path, options), line in zip(entries, lines, strict=True):
+        if line == "missing":
+            raise TaskError(f"Device {path} does not exist")
+        kind, major, minor, mode = line.split("|")
+        mode = options.get("mode", mode)
+        node_path = shlex.quote(path)
+        if kind in ("character special file", "block special file"):
+            make = f"mknod -m {mode} {node_path} {kind[0]} {int(major, 16)} {int(minor, 16)}"
+        else:
+            make = f": > {node_path} && chmod {mode} {node_path}"
+        owner = f"{options.get('uid', '0')}:{options.get('gid', '0')}"
+        made.append((path, f"mkdir -p {shlex.quote(os.path.dirname(path))} && {make} && chown {owner} {node_path}"))
+    return made
+
+
+def pass_devices(machine: str, devices: list[tuple[str, str]], run=_podman) -> None:
+    """Make the nodes read_devices read in the container's machine (those it lacks), then let its init run."""
+    script = "".join(f"[ -e {shlex.quote(path)} ] || {{ {make}; }}; " for path, make in devices)
+    proc = run("exec", machine, "sh", "-c", f"set -e; {script}touch {PRESTART_DONE}")
+    if proc.returncode != 0:
+        raise TaskError(f"making the device nodes in {machine} failed: {proc.stderr.strip()}")
 
 
 class Machines:
@@ -32,7 +97,7 @@ class Machines:
         self.guests, self.node = guests, node
 
     def podman(self, *argv: str) -> subprocess.CompletedProcess:
-        return subprocess.run(["podman", *argv], capture_output=True, text=True, check=False)
+        return _podman(*argv)
 
     def hook(self, guest, phase: str) -> None:
         """Run the guest's hookscript for phase on the node; raise TaskError as PVE fails the task."""
@@ -57,15 +122,28 @@ class Machines:
             return
         if after == "running" and before != "running":
             self.hook(guest, "pre-start")
+            devices = read_devices(self.node, guest.config, self.podman) if isinstance(guest, FakeCt) else None
             proc = self.podman("start", machine)
             if proc.returncode != 0:
                 raise TaskError(f"start of {machine} failed: {proc.stderr.strip()}")
+            if devices is not None:
+                pass_devices(machine, devices, self.podman)
         elif after == "stopped" and before != "stopped":
             self.podman("stop", "-t", STOP_SECONDS, machine)
             try:
                 self.hook(guest, "post-stop")
             except TaskError as exc:  # PVE logs a failed post-stop hook; the guest is stopped all the same
                 print(exc, file=sys.stderr, flush=True)
+
+    def hotplug(self, guest) -> None:
+        """A running container's new devN entries, made in its machine at once; PVE logs a failed hotplug."""
+        machine = self.guests.get(guest.vmid)
+        if machine is None or not self.node:
+            return
+        try:
+            pass_devices(machine, read_devices(self.node, guest.config, self.podman), self.podman)
+        except TaskError as exc:
+            print(f"CT {guest.vmid}: hotplug of its devices failed: {exc}", file=sys.stderr, flush=True)
 
 
 MACHINES = Machines({}, None)
@@ -103,6 +181,11 @@ def _powered(guest, cls):
 
 
 class PoweredPve(fakepve_main.FakePve):
+    def _apply(self, ct, selection=None, running=False):
+        super()._apply(ct, selection, running)
+        if running:
+            MACHINES.hotplug(ct)
+
     def add_ct(self, *args, **kwargs):
         return _powered(super().add_ct(*args, **kwargs), PoweredCt)
 

@@ -1,12 +1,14 @@
 """The stand-in apt repository served in place of NVIDIA's: names, versions, pinning, signature."""
 
 import gzip
+import os
 import shutil
 import subprocess
+import sys
 
 import pytest
 
-from inferhost.sim import apt_repo
+from inferhost.sim import apt_repo, gpu_kernel
 
 pytestmark = pytest.mark.skipif(
     not (shutil.which("dpkg-deb") and shutil.which("gpg")), reason="needs dpkg-deb and gpg (Debian's dpkg, gnupg)"
@@ -82,3 +84,50 @@ def test_the_repository_is_indexed_signed_and_built_once(tmp_path):
     subprocess.run(["gpg", "--batch", "--yes", "--dearmor", "-o", str(keyring), str(out / "standin.asc")], check=True)
     subprocess.run(["gpgv", "--keyring", str(keyring), str(out / "InRelease")], check=True, capture_output=True)
     assert apt_repo.build(str(out), spec) is False, "same spec: nothing rebuilt"
+
+
+def _guest_smi(tmp_path, *argv):
+    script = tmp_path / "nvidia-smi"
+    script.write_text(apt_repo.GUEST_SMI.replace("@VERSION@", "590.48.01"))
+    env = {**os.environ, "STANDIN_ROOT": str(tmp_path)}
+    done = subprocess.run([sys.executable, str(script), *argv], capture_output=True, text=True, env=env, check=False)
+    return done.returncode, done.stdout + done.stderr
+
+
+def test_the_guests_nvidia_smi_answers_for_the_gpus_this_machine_has_nodes_for(tmp_path):
+    """What the guard and inference_gpu_facts ask: the GPUs on nvidia whose /dev/nvidiaN this machine has (a
+    container's come from its devN entries), by PCI order, with none of their memory in use."""
+    gpu_kernel.build(str(tmp_path), 3)
+    query = ["--query-gpu=index,pci.bus_id,driver_version,memory.used", "--format=csv,noheader,nounits"]
+    assert _guest_smi(tmp_path, *query) == (
+        0,
+        "0, 00000000:01:00.0, 590.48.01, 0\n1, 00000000:02:00.0, 590.48.01, 0\n2, 00000000:03:00.0, 590.48.01, 0\n",
+    )
+    (tmp_path / "dev" / "nvidia0").unlink()
+    assert _guest_smi(tmp_path, "--query-gpu=index,memory.used", "--format=csv,noheader,nounits", "-i", "0,1") == (
+        0,
+        "1, 0\n",
+    )
+    assert _guest_smi(tmp_path, "--query-gpu=index", "--format=csv,noheader", "-i", "0") == (
+        6,
+        "No devices were found\n",
+    )
+    assert _guest_smi(tmp_path, "--query-gpu=memory.used", "--format=csv") == (0, "memory.used\n0 MiB\n0 MiB\n")
+    assert _guest_smi(tmp_path, "--query-gpu=index,power.draw") == (
+        2,
+        'Field "power.draw" is not a valid field to query.\n',
+    )
+    assert _guest_smi(tmp_path) == (0, "NVIDIA-SMI stand-in  Driver Version: 590.48.01\n")
+
+
+def test_the_guests_nvidia_smi_leaves_out_a_gpu_given_to_the_vm_and_keeps_the_others_indices(tmp_path):
+    gpu_kernel.build(str(tmp_path), 3)
+    kernel = gpu_kernel.FakeKernel.open(*(str(tmp_path / d) for d in ("sys", "proc", "dev")))
+    kernel.write(str(tmp_path / "sys/bus/pci/drivers/nvidia/unbind"), "0000:02:00.0")
+    kernel.write(str(tmp_path / "sys/bus/pci/devices/0000:02:00.0/driver_override"), "vfio-pci")
+    kernel.write(str(tmp_path / "sys/bus/pci/drivers/vfio-pci/bind"), "0000:02:00.0")
+    (tmp_path / "dev" / "nvidia1").touch()  # a node left behind does not make the GPU this machine's
+    assert _guest_smi(tmp_path, "--query-gpu=index,pci.bus_id", "--format=csv,noheader") == (
+        0,
+        "0, 00000000:01:00.0\n2, 00000000:03:00.0\n",
+    )
