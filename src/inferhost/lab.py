@@ -659,14 +659,21 @@ def print_summary(lab: Lab, result: PlaybookResult | None) -> None:
             print(f"  {host}: {why.split(': ', 1)[-1]}")
 
 
-def cmd_up(args: argparse.Namespace) -> int:
-    lab = Lab.from_inventory()
+def bring_up(lab: Lab) -> None:
+    """Everything the lab needs before its first converge, each step kept when it is in place already: the
+    images, the fake API, the stand-in repository, the machines (the host with its GPUs first), the stand-in
+    engine, and each guest's machine on or off as the API has it."""
     lab.step("base images", build_images, lab)
     lab.step("fake Proxmox API", start_fakepve, lab)
     lab.step("stand-in NVIDIA repository", build_standin_repo, lab)
     lab.step("podman machines", start_containers, lab)
     lab.step("stand-in engine", install_standins, lab)
     lab.step("guests powered as the API has them", power_machines, lab)
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    lab = Lab.from_inventory()
+    bring_up(lab)
     result = lab.step("converge site.yml" + (" (check)" if args.check else ""), converge, lab, args.check)
     lab.timings[-1] = (*lab.timings[-1][:2], f"changed={result.changed}")
     if not args.check:

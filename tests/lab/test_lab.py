@@ -19,12 +19,7 @@ pytestmark = pytest.mark.lab
 def lab():
     labmod.cmd_down(None)
     the_lab = labmod.Lab.from_inventory()
-    labmod.build_images(the_lab)
-    labmod.start_fakepve(the_lab)
-    labmod.build_standin_repo(the_lab)
-    labmod.start_containers(the_lab)
-    labmod.install_standins(the_lab)
-    labmod.power_machines(the_lab)
+    labmod.bring_up(the_lab)
     yield the_lab
     labmod.cmd_down(None)
 

@@ -11,6 +11,7 @@ model's. Nothing is cached by the kernel (zero attribute and entry timeouts, dir
 ``--bind`` (the lab's host machine, which has no GPUs) mounts the served subtrees where a real host has
 them: ``/sys/bus/pci``, ``/sys/devices/pci0000:00``, ``/sys/kernel/iommu_groups`` and ``/proc/driver``;
 gpu-switch then reads and writes the real paths, in child processes, with its default configuration.
+Under systemd (Type=notify) it reports itself ready once every subtree is bound; a failed bind stops it.
 
 ``--boot-marker FILE`` (on /run, which a reboot empties) tells a boot from a restart of the service: at a
 boot the model reboots (overrides gone, every function probed afresh) and each ``--module NAME=PACKAGE``
@@ -29,6 +30,7 @@ import errno
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -129,11 +131,32 @@ def wait_mounted(mount: str, timeout: float = 10.0) -> None:
 
 
 def _bind(mount: str, binds) -> None:
-    """Once the filesystem answers, mount its subtrees where a real host has them."""
-    wait_mounted(mount, timeout=60)
-    for rel, target in binds:
-        subprocess.run(["mount", "--bind", os.path.join(mount, rel), target], check=True)
-    print(f"gpu_fuse: bound {', '.join(t for _, t in binds)}", flush=True)
+    """Once the filesystem answers, mount its subtrees where a real host has them (none without --bind), then
+    tell systemd the service is ready (Type=notify). A failure stops the whole process: no half-bound host."""
+    try:
+        wait_mounted(mount, timeout=60)
+        for rel, target in binds:
+            subprocess.run(["mount", "--bind", os.path.join(mount, rel), target], check=True, capture_output=True)
+    except (OSError, TimeoutError, subprocess.CalledProcessError) as exc:
+        detail = exc.stderr.strip() if isinstance(exc, subprocess.CalledProcessError) else exc
+        print(f"gpu_fuse: binding the tree failed: {detail}", file=sys.stderr, flush=True)
+        os.kill(os.getpid(), signal.SIGTERM)
+        return
+    if binds:
+        print(f"gpu_fuse: bound {', '.join(t for _, t in binds)}", flush=True)
+    notify_ready()
+
+
+def notify_ready() -> None:
+    """sd_notify(READY=1) when systemd started this process as a notify service; nothing otherwise."""
+    address = os.environ.get("NOTIFY_SOCKET", "")
+    if not address:
+        return
+    if address.startswith("@"):  # an abstract socket
+        address = "\0" + address[1:]
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.connect(address)
+        sock.sendall(b"READY=1")
 
 
 def _unbind(binds) -> None:
@@ -198,8 +221,7 @@ def main(argv: list[str] | None = None) -> int:
         boot(kernel, args.boot_marker, args.module, fresh)
         binds = (*BINDS, ("sys/module", "/sys/module"))
     os.makedirs(args.mount, exist_ok=True)
-    if args.bind:
-        threading.Thread(target=_bind, args=(args.mount, binds), daemon=True).start()
+    threading.Thread(target=_bind, args=(args.mount, binds if args.bind else ()), daemon=True).start()
     try:
         fuse.FUSE(
             GpuFs(args.state, kernel),

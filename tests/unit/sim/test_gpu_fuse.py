@@ -4,6 +4,7 @@ the version of the installed package, as DKMS built it; a restart of the service
 from __future__ import annotations
 
 import os
+import socket
 
 import pytest
 
@@ -58,3 +59,25 @@ def test_a_boot_loads_the_installed_driver_and_probes_every_function_afresh(host
     gpu_fuse.boot(kernel, marker, ["nvidia=nvidia-kernel-open-dkms"], fresh=False)
     assert _loaded(kernel) == loaded
     assert (kernel.override_of(GPU), kernel.driver_of(GPU)) == (None, "nvidia")
+
+
+def test_ready_is_told_to_systemd_through_its_notify_socket(tmp_path, monkeypatch):
+    """Type=notify: the unit is started only once gpu_fuse says so (after the last bind), never before."""
+    path = str(tmp_path / "notify")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as server:
+        server.bind(path)
+        monkeypatch.setenv("NOTIFY_SOCKET", path)
+        gpu_fuse.notify_ready()
+        assert server.recv(64) == b"READY=1"
+    monkeypatch.delenv("NOTIFY_SOCKET")
+    gpu_fuse.notify_ready()  # not under systemd: nothing to tell, and no error
+
+
+def test_a_bind_that_fails_stops_the_filesystem(tmp_path, monkeypatch):
+    """No half-bound host: the process ends (SIGTERM to itself) instead of serving without its binds."""
+    signals = []
+    monkeypatch.setattr(gpu_fuse.os, "kill", lambda pid, sig: signals.append((pid, sig)))
+    monkeypatch.setattr(gpu_fuse, "wait_mounted", lambda mount, timeout: None)
+    monkeypatch.setattr(gpu_fuse, "notify_ready", lambda: signals.append("ready"))
+    gpu_fuse._bind(str(tmp_path), [("sys/bus/pci", str(tmp_path / "no-such-target"))])
+    assert signals == [(os.getpid(), gpu_fuse.signal.SIGTERM)]
