@@ -203,17 +203,24 @@ def guest_machines(lab: Lab) -> dict[int, str]:
     }
 
 
+def machine_running(host: str) -> bool:
+    return (
+        podman("container", "inspect", "--format", "{{.State.Running}}", CONTAINER_PREFIX + host).stdout.strip()
+        == "true"
+    )
+
+
 def power_machines(lab: Lab) -> str:
     """Each guest's machine on or off as the API has the guest, as on a host: a stopped guest is not running."""
     api, px, done = api_client(lab), lab.proxmox, []
     for kind, guest in (("lxc", px["container"]), ("qemu", px["vm"])):
         host = guest_machines(lab)[guest["vmid"]]
         status = api.status(kind, guest["vmid"])
-        running = podman("container", "inspect", "--format", "{{.State.Running}}", CONTAINER_PREFIX + host).stdout
-        if status == "running" and running.strip() != "true":
+        running = machine_running(host)
+        if status == "running" and not running:
             start_machine(lab, host)
             wait_for_ssh(host, lab.hosts[host])
-        elif status != "running" and running.strip() == "true":
+        elif status != "running" and running:
             podman("stop", "-t", "10", CONTAINER_PREFIX + host)
         done.append(f"{host} {status}")
     return ", ".join(done)
@@ -387,10 +394,11 @@ def _start_machines(lab: Lab, hosts: list[str]) -> list[str]:
     for host in hosts:
         name = CONTAINER_PREFIX + host
         state = podman("container", "inspect", "--format", "{{.State.Status}}", name, check=False)
-        # A machine that exists is kept, running or not: power_machines gives it the API's power state.
+        # A machine that exists is kept. A host's that is off starts; a guest's stays as it is: power_machines
+        # gives it the API's power state (a start of a container whose GPUs the VM holds would fail here).
         if state.returncode == 0 and state.stdout.strip() in {"running", "exited", "stopped"}:
-            if state.stdout.strip() != "running":
-                start_machine(lab, host)
+            if state.stdout.strip() != "running" and host in lab.groups.get("pve_hosts", []):
+                podman("start", name)
             continue
         podman("rm", "-f", name, check=False)
         podman(*_machine_argv(lab, host, lab.hosts[host]))
@@ -398,8 +406,9 @@ def _start_machines(lab: Lab, hosts: list[str]) -> list[str]:
             pass_api_devices(lab, host)
         started.append(host)
     for host in hosts:
-        wait_for_systemd(CONTAINER_PREFIX + host)
-        wait_for_ssh(host, lab.hosts[host])
+        if machine_running(host):
+            wait_for_systemd(CONTAINER_PREFIX + host)
+            wait_for_ssh(host, lab.hosts[host])
     for host in started:
         # The images carry no package lists, as a freshly installed machine has them.
         proc = podman("exec", CONTAINER_PREFIX + host, "apt-get", "update", "-qq", check=False)
@@ -493,10 +502,12 @@ def install_standins(lab: Lab) -> str:
             p.read_bytes() for p in sorted(STANDINS.parent.rglob("*")) if p.is_file() and "__pycache__" not in p.parts
         )
     ).hexdigest()[:16]
+    # A container that is off (the VM holds the GPUs) gets them when it runs again and the lab is brought up.
     stale = [
         h
         for h in sorted(lab.groups.get("inference_containers", []))
-        if podman("exec", CONTAINER_PREFIX + h, "cat", STANDIN_STAMP, check=False).stdout.strip() != stamp
+        if machine_running(h)
+        and podman("exec", CONTAINER_PREFIX + h, "cat", STANDIN_STAMP, check=False).stdout.strip() != stamp
     ]
     if not stale:
         return "unchanged"
@@ -661,14 +672,14 @@ def print_summary(lab: Lab, result: PlaybookResult | None) -> None:
 
 def bring_up(lab: Lab) -> None:
     """Everything the lab needs before its first converge, each step kept when it is in place already: the
-    images, the fake API, the stand-in repository, the machines (the host with its GPUs first), the stand-in
-    engine, and each guest's machine on or off as the API has it."""
+    images, the fake API, the stand-in repository, the machines (the host with its GPUs first), each guest's
+    machine on or off as the API has it, and the stand-in engine in the containers that run."""
     lab.step("base images", build_images, lab)
     lab.step("fake Proxmox API", start_fakepve, lab)
     lab.step("stand-in NVIDIA repository", build_standin_repo, lab)
     lab.step("podman machines", start_containers, lab)
-    lab.step("stand-in engine", install_standins, lab)
     lab.step("guests powered as the API has them", power_machines, lab)
+    lab.step("stand-in engine", install_standins, lab)
 
 
 def cmd_up(args: argparse.Namespace) -> int:

@@ -76,14 +76,7 @@ def _written_since_stamp(lab) -> dict[str, list[str]]:
 
 def _running(lab) -> list[str]:
     """The lab machines that run: the guest the API has stopped is off, as on a real host."""
-    return [
-        host
-        for host in sorted(lab.hosts)
-        if labmod.podman(
-            "container", "inspect", "--format", "{{.State.Running}}", labmod.CONTAINER_PREFIX + host
-        ).stdout.strip()
-        == "true"
-    ]
+    return [host for host in sorted(lab.hosts) if labmod.machine_running(host)]
 
 
 def test_the_machines_follow_the_api_and_the_hookscript_guards_the_start(lab):
