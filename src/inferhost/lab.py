@@ -34,12 +34,14 @@ from pathlib import Path
 from fakepve.certs import make_cert
 
 from inferhost.runner import PlaybookResult, run_playbook, use_this_environment
-from inferhost.sim import ENGINE_DIR, apt_repo, pve_power
+from inferhost.sim import ENGINE_DIR, apt_repo
 
 ROOT = Path(__file__).resolve().parents[2]
 # The lab reads the fake API through the Proxmox API client of the stack's modules and gpu-switch.
 sys.path.append(str(ROOT / "plugins" / "module_utils"))
 from pve_api import Client, Login  # noqa: E402 - plugins/module_utils is on the path from the line above
+
+from inferhost.sim import pve_power  # noqa: E402 - it reads devN entries with gpu_switch's parser, from there too
 
 INVENTORY = ROOT / "inventory" / "lab"
 STANDINS = ENGINE_DIR / "install.yml"
@@ -184,6 +186,8 @@ def start_fakepve(lab: Lab) -> str:
     # PVE seconds run ten times faster than real ones: guest shutdowns take a second, not ten.
     argv += ["--time-scale", "0.1"]
     env = {**os.environ, "CONTAINERS_CONF": os.environ.get("CONTAINERS_CONF", str(ROOT / "containers.conf"))}
+    # pve_power reads devN entries with gpu_switch's own parser (plugins/module_utils).
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "plugins" / "module_utils"), env.get("PYTHONPATH")]))
     proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
     pidfile.write_text(str(proc.pid))
     deadline = time.monotonic() + 30

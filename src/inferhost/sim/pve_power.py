@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import shlex
 import subprocess
 import sys
@@ -27,6 +26,7 @@ import sys
 import fakepve.__main__ as fakepve_main
 from fakepve.lxc import FakeCt
 from fakepve.model import FakeVm, TaskError
+from gpu_switch.entries import DEV_KEY, parse_dev
 
 # PVE's default path of storage "local": hookscripts are snippets there (<storage>:snippets/<file>).
 STORAGE_PATHS = {"local": "/var/lib/vz"}
@@ -36,22 +36,16 @@ PRESTART_DONE = "/dev/.inferhost-prestart-done"
 PRESTART_WAIT = (
     f"i=0; while [ ! -e {PRESTART_DONE} ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; exec /sbin/init"
 )
-DEV_KEY = re.compile(r"^dev(\d+)$")
 
 
 def _podman(*argv: str) -> subprocess.CompletedProcess:
     return subprocess.run(["podman", *argv], capture_output=True, text=True, check=False)
 
 
-def device_entries(config: dict) -> list[tuple[str, dict]]:
-    """The container's devN entries in order: (path, {option: value})."""
-    entries = []
-    for key in sorted((k for k in config if DEV_KEY.match(k)), key=lambda k: int(DEV_KEY.match(k)[1])):
-        parts = str(config[key]).split(",")
-        options = dict(p.split("=", 1) for p in parts[1:] if "=" in p)
-        path = parts[0].split("=", 1)[1] if parts[0].startswith("path=") else parts[0]
-        entries.append((path, options))
-    return entries
+def device_entries(config: dict) -> list[dict]:
+    """The container's devN entries in order, each as gpu-switch reads them ({'path', 'mode', 'uid', ...})."""
+    keys = sorted((k for k in config if DEV_KEY.match(k)), key=lambda k: int(DEV_KEY.match(k)[1]))
+    return [parse_dev(str(config[k])) for k in keys]
 
 
 def read_devices(node: str, config: dict, run=_podman) -> list[tuple[str, str]]:
@@ -62,12 +56,13 @@ def read_devices(node: str, config: dict, run=_podman) -> list[tuple[str, str]]:
     if not entries:
         return []
     script = 'for p in "$@"; do if [ -e "$p" ]; then stat -c "%F|%t|%T|%a" "$p"; else echo missing; fi; done'
-    proc = run("exec", node, "sh", "-c", script, "sh", *(path for path, _ in entries))
+    proc = run("exec", node, "sh", "-c", script, "sh", *(entry["path"] for entry in entries))
     lines = proc.stdout.splitlines()
     if proc.returncode != 0 or len(lines) != len(entries):
         raise TaskError(f"reading the device nodes on {node} failed: {proc.stderr.strip()}")
     made = []
-    for (path, options), line in zip(entries, lines, strict=True):
+    for options, line in zip(entries, lines, strict=True):
+        path = options["path"]
         if line == "missing":
             raise TaskError(f"Device {path} does not exist")
         kind, major, minor, mode = line.split("|")
@@ -172,6 +167,10 @@ class PoweredVm(_Powered, FakeVm):
     pass
 
 
+def _dev_config(config: dict) -> dict:
+    return {k: v for k, v in config.items() if DEV_KEY.match(k)}
+
+
 def _powered(guest, cls):
     """The guest fakepve made, as cls: its status moves under the property (set from the guests file)."""
     status = guest.__dict__.pop("status")
@@ -182,8 +181,9 @@ def _powered(guest, cls):
 
 class PoweredPve(fakepve_main.FakePve):
     def _apply(self, ct, selection=None, running=False):
+        before = _dev_config(ct.config)
         super()._apply(ct, selection, running)
-        if running:
+        if running and _dev_config(ct.config) != before:
             MACHINES.hotplug(ct)
 
     def add_ct(self, *args, **kwargs):

@@ -9,37 +9,45 @@ from fakepve.model import TaskError
 from inferhost.sim import pve_power
 
 
-def on_this_machine(*argv):
-    """podman exec NODE ... run here: the node's paths are this machine's."""
-    assert argv[:2] == ("exec", "node")
-    return subprocess.run(list(argv[2:]), capture_output=True, text=True, check=False)
+def node_rooted_at(root):
+    """podman exec NODE ... run here, with the node's paths under root where root has them (else this machine's)."""
+
+    def run(*argv):
+        assert argv[:2] == ("exec", "node")
+        local = [str(root) + a if a.startswith("/") and os.path.lexists(str(root) + a) else a for a in argv[2:]]
+        return subprocess.run(local, capture_output=True, text=True, check=False)
+
+    return run
 
 
 def test_devn_entries_are_read_in_their_numeric_order_with_their_options():
     config = {"dev10": "/dev/c", "dev1": "path=/dev/b,mode=0600", "dev0": "/dev/a,uid=1000,gid=44", "hostname": "x"}
     assert pve_power.device_entries(config) == [
-        ("/dev/a", {"uid": "1000", "gid": "44"}),
-        ("/dev/b", {"mode": "0600"}),
-        ("/dev/c", {}),
+        {"path": "/dev/a", "uid": "1000", "gid": "44"},
+        {"path": "/dev/b", "mode": "0600"},
+        {"path": "/dev/c"},
     ]
 
 
 def test_a_path_the_node_lacks_fails_the_start_as_on_pve(tmp_path):
-    with pytest.raises(TaskError, match=f"Device {tmp_path}/nvidia9 does not exist"):
-        pve_power.read_devices("node", {"dev0": "/dev/null", "dev1": f"{tmp_path}/nvidia9"}, on_this_machine)
+    with pytest.raises(TaskError, match="Device /dev/inferhost-no-such-node does not exist"):
+        pve_power.read_devices(
+            "node", {"dev0": "/dev/null", "dev1": "/dev/inferhost-no-such-node"}, node_rooted_at(tmp_path)
+        )
 
 
 def test_each_node_is_made_as_the_node_has_it(tmp_path):
     """A character device with its numbers and mode (the entry's mode wins), a plain file (the simulated GPUs')
     as a plain file."""
-    plain = tmp_path / "nvidia0"
-    plain.touch(mode=0o640)
-    made = dict(
-        pve_power.read_devices("node", {"dev0": "/dev/null", "dev1": f"{plain},mode=0666,uid=5"}, on_this_machine)
-    )
+    (tmp_path / "dev").mkdir()
+    (tmp_path / "dev" / "nvidia0").touch(mode=0o640)
+    config = {"dev0": "/dev/null", "dev1": "/dev/nvidia0,mode=0666,uid=5"}
+    made = dict(pve_power.read_devices("node", config, node_rooted_at(tmp_path)))
     major, minor = os.major(os.stat("/dev/null").st_rdev), os.minor(os.stat("/dev/null").st_rdev)
     assert made["/dev/null"] == f"mkdir -p /dev && mknod -m 666 /dev/null c {major} {minor} && chown 0:0 /dev/null"
-    assert made[str(plain)] == f"mkdir -p {tmp_path} && : > {plain} && chmod 0666 {plain} && chown 5:0 {plain}"
+    assert (
+        made["/dev/nvidia0"] == "mkdir -p /dev && : > /dev/nvidia0 && chmod 0666 /dev/nvidia0 && chown 5:0 /dev/nvidia0"
+    )
 
 
 def test_the_machine_gets_the_nodes_it_lacks_and_then_its_init_runs(tmp_path):
