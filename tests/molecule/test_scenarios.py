@@ -71,12 +71,25 @@ def changed_hosts(lines):
     return sorted({h["host"] for h in hits if int(h["changed"])})
 
 
+def failures(output):
+    """Each failed task of the step that failed, under its TASK line: the tail of a long run shows the hosts that
+    went on, not the one that stopped (a step's expected failures, in prepare's negative tests, are left out)."""
+    failed = [lines for lines in output.values() if any("Executed: Failed" in line for line in lines)]
+    found, task = [], ""
+    for line in failed[0] if failed else []:
+        if line.startswith("TASK ["):
+            task = line
+        elif line.startswith(("fatal:", "failed:")) and "...ignoring" not in line:
+            found += [task, line[:1500]]
+    return "\n".join(found) or "(no failed task in the output)"
+
+
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_scenario(scenario, record_property):
     rc, output, seconds = run_test(scenario)
     record_property("molecule_steps", seconds)
     tail = "\n".join(line for lines in output.values() for line in lines)[-6000:]
-    assert rc == 0, f"molecule test -s {scenario} failed (rc {rc}):\n{tail}"
+    assert rc == 0, f"molecule test -s {scenario} failed (rc {rc}):\n{failures(output)}\n[...]\n{tail}"
     expected = ["create", "prepare", "converge", "idempotence", "check", "verify", "destroy"]
     assert all(step in output for step in expected), f"steps run: {list(output)}\n{tail}"
     changed = changed_hosts(output["check"])
