@@ -35,6 +35,14 @@ options:
     description: Passed to M(ansible.builtin.apt) when it is called.
     type: bool
     default: false
+  hold:
+    description:
+      - Packages of O(name) to hold once installed (dpkg's selection C(hold), as C(apt-mark hold) sets it), so
+        that no upgrade moves them. The dpkg query tells which are held already; only the others are changed,
+        with M(ansible.builtin.dpkg_selections). A name that O(name) does not install is refused.
+    type: list
+    elements: str
+    default: []
 attributes:
   action:
     support: full
@@ -67,6 +75,11 @@ unknown:
 missing:
   description: The specifications that dpkg did not find installed as specified; empty when apt was not called.
   returned: always
+  type: list
+  elements: str
+held:
+  description: The packages of O(hold) that this run held (in check mode, would hold); empty when all were held.
+  returned: unless the task failed
   type: list
   elements: str
 """

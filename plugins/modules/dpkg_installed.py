@@ -54,6 +54,11 @@ installed:
   description: The installed version of each package asked about and found installed.
   returned: always
   type: dict
+held:
+  description: The packages asked about that dpkg's selections hold (C(apt-mark hold)), installed or not.
+  returned: always
+  type: list
+  elements: str
 """
 
 # name, then an optional :arch, then an optional =version (a trailing * makes it a prefix).
@@ -81,6 +86,12 @@ def parse_dpkg(output):
         if status[1:2] == "i" and status[2:3] in ("", " "):
             installed.setdefault(name, []).append((arch, version))
     return installed
+
+
+def parse_held(output):
+    """dpkg-query's lines: the names whose wanted state is hold (Status-Abbrev "h.."), sorted."""
+    rows = (line.split("\t") for line in output.splitlines())
+    return sorted({parts[0] for parts in rows if len(parts) == 4 and parts[3][:1] == "h"})
 
 
 def version_matches(found, wanted):
@@ -127,6 +138,7 @@ def main():
         changed=False,
         missing=missing_specs(specs, installed),
         installed={name: versions[0][1] for name, versions in installed.items()},
+        held=parse_held(output),
     )
 
 

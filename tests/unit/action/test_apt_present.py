@@ -82,3 +82,43 @@ def test_check_mode_still_fails_on_other_apt_failures():
     apt = {"failed": True, "msg": "'/usr/bin/apt-get -y install gcc' failed: E: Unable to locate"}
     result, _ = run_action(ACTION, {"name": ["gcc"]}, [{"missing": ["gcc"]}, apt], check_mode=True)
     assert result["failed"] and result["msg"] == apt["msg"]
+
+
+def test_hold_holds_only_the_packages_dpkg_does_not_hold_yet():
+    query = {"missing": [], "installed": {"a": "1", "b": "1"}, "held": ["a"]}
+    result, calls = install({"name": ["a=1*", "b=1*", "c"], "hold": ["a", "b"]}, [query, {"changed": True}])
+    assert calls[1:] == [("ansible.builtin.dpkg_selections", {"name": "b", "selection": "hold"})]
+    assert result["changed"] is True and result["held"] == ["b"]
+
+
+def test_hold_with_every_package_held_makes_no_call():
+    query = {"missing": [], "installed": {"a": "1"}, "held": ["a"]}
+    result, calls = install({"name": ["a=1*"], "hold": ["a"]}, [query])
+    assert len(calls) == 1 and result["changed"] is False and result["held"] == []
+
+
+def test_hold_follows_the_install_and_a_check_run_only_says_so():
+    query = {"missing": ["a=1*"], "installed": {}, "held": []}
+    result, calls = run_action(ACTION, {"name": ["a=1*"], "hold": ["a"]}, [query, {"changed": True}], check_mode=True)
+    assert [module for module, _ in calls] == ["dpkg_installed", "ansible.builtin.apt"]
+    assert result["changed"] is True and result["held"] == ["a"]
+
+
+def test_a_failed_install_holds_nothing():
+    query = {"missing": ["a=1*"], "installed": {}, "held": []}
+    result, calls = install({"name": ["a=1*"], "hold": ["a"]}, [query, {"failed": True, "msg": "no candidate"}])
+    assert len(calls) == 2 and result["failed"]
+
+
+def test_hold_of_a_package_name_does_not_install_is_refused():
+    with pytest.raises(AnsibleActionFail, match="hold names packages that name does not install: b"):
+        install({"name": ["a"], "hold": ["b"]}, [])
+
+
+def test_after_an_install_every_package_is_held_again():
+    """apt takes the hold off a held package it replaces (a change of driver): dpkg's earlier answer is stale."""
+    query = {"missing": ["a=2*"], "installed": {"a": "1"}, "held": ["a"]}
+    selections = [{"changed": True}, {"changed": False}]
+    result, calls = install({"name": ["a=2*", "b"], "hold": ["a", "b"]}, [query, {"changed": True}, *selections])
+    assert [args["name"] for module, args in calls if module == "ansible.builtin.dpkg_selections"] == ["a", "b"]
+    assert result["held"] == ["a"] and result["changed"] is True

@@ -61,3 +61,9 @@ def test_the_module_asks_the_real_dpkg():
     assert result["changed"] is False
     assert result["missing"] == ["inferhost-no-such-package", "dpkg=0.0.0-none"]
     assert set(result["installed"]) == {"dpkg"}
+
+
+def test_held_are_the_packages_whose_selection_is_hold():
+    """Only "h" as the wanted state holds: "ii" is installed and free to move."""
+    assert MODULE.parse_held(DPKG) == ["libnvidia-compute-590"]
+    assert MODULE.parse_held(DPKG.replace("ii ", "hi ", 1)) == ["cuda-toolkit-12-8", "libnvidia-compute-590"]
