@@ -38,7 +38,7 @@ class ActionModule(ActionBase):
         if not names:
             raise AnsibleActionFail("apt_present needs name: the packages to install")
         hold = args.get("hold") or []
-        stray = sorted(set(hold) - {name.split("=")[0].split(":")[0].strip() for name in names})
+        stray = sorted(set(hold) - {package(spec) for spec in names})
         if stray:
             raise AnsibleActionFail(f"apt_present's hold names packages that name does not install: {', '.join(stray)}")
         query = self._execute_module(module_name="dpkg_installed", module_args={"name": names}, task_vars=task_vars)
@@ -70,7 +70,7 @@ class ActionModule(ActionBase):
             return result
         # apt may take the hold off a held package that it replaces (allow_change_held_packages): after an
         # install every one is held again, and a check run counts the ones it would replace.
-        replaced = {spec.split("=")[0].split(":")[0].strip() for spec in missing}
+        replaced = {package(spec) for spec in missing}
         if self._task.check_mode:
             return self._hold(result, [name for name in hold if name in to_hold or name in replaced], task_vars)
         return self._hold(result, hold, task_vars)
@@ -103,6 +103,11 @@ class ActionModule(ActionBase):
                 },
             ]
         return result
+
+
+def package(spec):
+    """The package name of an apt specification: name[:arch][=version]."""
+    return spec.split("=")[0].split(":")[0].strip()
 
 
 def _as_list(diff):

@@ -75,11 +75,13 @@ def failures(output):
     """Each failed task of the step that failed, under its TASK line: the tail of a long run shows the hosts that
     went on, not the one that stopped (a step's expected failures, in prepare's negative tests, are left out)."""
     failed = [lines for lines in output.values() if any("Executed: Failed" in line for line in lines)]
+    lines = failed[0] if failed else []
     found, task = [], ""
-    for line in failed[0] if failed else []:
+    for line, after in zip(lines, [*lines[1:], ""], strict=True):
         if line.startswith("TASK ["):
             task = line
-        elif line.startswith(("fatal:", "failed:")) and "...ignoring" not in line:
+        # Ansible prints "...ignoring" on the line after a failure that the task ignores.
+        elif line.startswith(("fatal:", "failed:")) and after != "...ignoring":
             found += [task, line[:1500]]
     return "\n".join(found) or "(no failed task in the output)"
 
