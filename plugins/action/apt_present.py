@@ -8,7 +8,8 @@ task on every run).
 
 In check mode a package apt does not know is reported as one the run would install (changed, with a message
 naming it), not as a failure: on a fresh guest the repository that provides it is added by an earlier task,
-which a check run does not do. A real run still fails on it.
+which a check run does not do. A real run still fails on it, and its message ends with source_hint (what the
+caller knows about where the package comes from) when the task gives one.
 
 With hold, the named packages are then held (dpkg's selection "hold", as apt-mark hold sets it): the same dpkg
 query tells which are held already, so a converge where they are costs no further call.
@@ -24,10 +25,12 @@ from ansible.plugins.action import ActionBase
 APT_OPTIONS = ("install_recommends", "allow_change_held_packages", "allow_downgrade")
 # ansible.builtin.apt's words for a name (or a pattern) that no configured source provides.
 UNKNOWN = re.compile(r"^No package(?:\(s\))? matching '(?P<name>[^']*)' (?:is )?available")
+# apt-get's words for a package it knows of but that no configured source provides now ("Candidate: (none)").
+NO_CANDIDATE = re.compile(r"Package '(?P<name>[^']*)' has no installation candidate")
 
 
 class ActionModule(ActionBase):
-    _VALID_ARGS = frozenset(("name", "hold", *APT_OPTIONS))
+    _VALID_ARGS = frozenset(("name", "hold", "source_hint", *APT_OPTIONS))
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
@@ -67,6 +70,8 @@ class ActionModule(ActionBase):
         result.update(installed)
         result.update(missing=missing)
         if result.get("failed"):
+            if args.get("source_hint") and (unknown or NO_CANDIDATE.search(_apt_output(installed))):
+                result["msg"] = f"{str(result.get('msg', '')).rstrip('.')}. {args['source_hint']}"
             return result
         # apt may take the hold off a held package that it replaces (allow_change_held_packages): after an
         # install every one is held again, and a check run counts the ones it would replace.
@@ -108,6 +113,10 @@ class ActionModule(ActionBase):
 def package(spec):
     """The package name of an apt specification: name[:arch][=version]."""
     return spec.split("=")[0].split(":")[0].strip()
+
+
+def _apt_output(result):
+    return "\n".join(str(result.get(key, "")) for key in ("msg", "stderr", "stdout"))
 
 
 def _as_list(diff):

@@ -43,6 +43,11 @@ options:
     type: list
     elements: str
     default: []
+  source_hint:
+    description:
+      - A sentence added to the failure when no configured apt source provides a package (apt knows no package of
+        that name, or one without an installation candidate), such as which role adds its repository.
+    type: str
 attributes:
   action:
     support: full

@@ -5,11 +5,13 @@
 
 M(ansible.builtin.template) and M(ansible.builtin.copy) cost two round trips to the host a file even when
 nothing changes, M(ansible.builtin.file) one a directory. The roles render their files on the controller
-(lookups) and hand them all to this module at once.
+(lookups) and hand them all to this module at once; a tree of Python that a role ships (a package the host
+imports) goes the same way, with what it no longer has pruned in the same call.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import grp
 import os
 import pwd
@@ -37,6 +39,9 @@ description:
     file whose directory does not exist is reported as one the task would create, and an owner or group that
     does not exist as one the task would set, since an earlier task of the run may create them.
   - A symbolic link at a file's path is replaced by the file, as M(ansible.builtin.copy) does by default.
+  - A directory with O(directories[].prune) is kept to what the task ships: after the files are written, every
+    file in it or below it whose name matches the pattern and that O(files) does not list is removed (a module
+    that an older release had must not stay importable).
 options:
   directories:
     description:
@@ -55,6 +60,12 @@ options:
         description: Octal mode of the directory, as a string.
         type: str
         default: "0755"
+      prune:
+        description:
+          - A file name pattern (C(*.py)). After the files are written, each file in the directory or below it
+            whose name matches and that O(files) does not list is removed, without a backup (it is code the
+            task ships, not configuration). Nothing is pruned when not given.
+        type: str
   files:
     description: Files to write.
     type: list
@@ -72,6 +83,9 @@ options:
       mode:
         description: Octal mode of the file, as a string; O(mode) when not given.
         type: str
+      backup:
+        description: Whether to keep the old content of this file (see O(backup)); O(backup) when not given.
+        type: bool
   owner:
     description: Owner of every directory and file, a name or a numeric id.
     type: str
@@ -97,7 +111,8 @@ attributes:
   diff_mode:
     description:
       - One entry a changed path. New or changed content is shown as text, with the path as both headers;
-        changed attributes (and created directories) as before/after mappings of path, mode, owner and group.
+        changed attributes (and created directories) as before/after mappings of path, mode, owner and group;
+        a pruned file as a mapping of its path and state.
       - A file whose content and attributes both change shows its content.
     support: full
 author: inferhost contributors
@@ -125,7 +140,7 @@ EXAMPLES = r"""
 RETURN = r"""
 changed_paths:
   description: Every directory (created parents included) and file that changed, or would change in check mode,
-    in the order they were handled.
+    in the order they were handled, the pruned files last.
   returned: always
   type: list
   elements: str
@@ -143,6 +158,8 @@ diff:
 """
 
 MODE = re.compile(r"^0?[0-7]{3,4}$")
+# A prune pattern names files, not paths: a slash could reach outside the directory.
+PRUNE = re.compile(r"^[^/]+$")
 
 
 class Refused(ValueError):
@@ -199,7 +216,10 @@ def plan(params, check_mode=False):
         path = new_path(entry["path"], "directory", seen)
         if os.path.lexists(path) and not os.path.isdir(path):
             raise Refused(f"directory {path} exists and is not a directory")
-        directories.append({"path": path, "mode": parse_mode(entry["mode"], path)})
+        prune = entry.get("prune")
+        if prune is not None and not PRUNE.match(prune):
+            raise Refused(f"directory {path}: prune {prune!r} is not a file name pattern such as *.py")
+        directories.append({"path": path, "mode": parse_mode(entry["mode"], path), "prune": prune})
         while path not in planned and path != os.path.dirname(path):  # it and the parents it creates
             planned.add(path)
             path = os.path.dirname(path)
@@ -214,7 +234,8 @@ def plan(params, check_mode=False):
             raise Refused(f"file {dest}: its directory {parent} does not exist and is not in directories")
         mode = default_mode if entry.get("mode") is None else parse_mode(entry["mode"], dest)
         content = entry["content"].encode("utf-8", errors="surrogateescape")
-        files.append({"dest": dest, "mode": mode, "content": content})
+        backup = params["backup"] if entry.get("backup") is None else entry["backup"]
+        files.append({"dest": dest, "mode": mode, "content": content, "backup": backup})
     return directories, files
 
 
@@ -293,7 +314,7 @@ class Writer:
                 os.mkdir(new, new_mode)
                 set_attributes(new, new_mode, self.uid, self.gid)
 
-    def file(self, dest, mode, content):
+    def file(self, dest, mode, content, backup):
         info = os.lstat(dest) if os.path.lexists(dest) else None
         regular = info is not None and stat.S_ISREG(info.st_mode)
         old = None
@@ -309,9 +330,21 @@ class Writer:
         self.note(dest, to_text(old or b""), to_text(content), headers=True)
         if self.check:
             return
-        if regular and self.module.params["backup"]:
+        if regular and backup:
             self.backups[dest] = self.module.backup_local(dest)
         self.replace(dest, mode, content)
+
+    def prune(self, directory, pattern, keep):
+        """Remove the files under directory whose names match pattern, less those of keep."""
+        for root, dirs, names in os.walk(directory):
+            dirs.sort()
+            for name in sorted(names):
+                path = os.path.join(root, name)
+                if path in keep or not fnmatch.fnmatchcase(name, pattern) or os.path.isdir(path):
+                    continue
+                self.note(path, {"path": path, "state": "file"}, {"path": path, "state": "absent"})
+                if not self.check:
+                    os.unlink(path)
 
     def replace(self, dest, mode, content):
         fd, temp = tempfile.mkstemp(dir=os.path.dirname(dest), prefix=f".{os.path.basename(dest)}.", suffix=".tmp")
@@ -334,11 +367,16 @@ def list_of(**options):
 def main():
     module = AnsibleModule(
         argument_spec={
-            "directories": list_of(path={"type": "path", "required": True}, mode={"type": "str", "default": "0755"}),
+            "directories": list_of(
+                path={"type": "path", "required": True},
+                mode={"type": "str", "default": "0755"},
+                prune={"type": "str"},
+            ),
             "files": list_of(
                 dest={"type": "path", "required": True},
                 content={"type": "str", "required": True},
                 mode={"type": "str"},
+                backup={"type": "bool"},
             ),
             "owner": {"type": "str", "default": "root"},
             "group": {"type": "str", "default": "root"},
@@ -358,7 +396,11 @@ def main():
         for entry in directories:
             writer.directory(entry["path"], entry["mode"])
         for entry in files:
-            writer.file(entry["dest"], entry["mode"], entry["content"])
+            writer.file(entry["dest"], entry["mode"], entry["content"], entry["backup"])
+        shipped = {entry["dest"] for entry in files}
+        for entry in directories:
+            if entry["prune"] is not None:
+                writer.prune(entry["path"], entry["prune"], shipped)
     except OSError as err:
         module.fail_json(
             msg=f"config_files: {err}", changed=bool(writer.changed_paths), changed_paths=writer.changed_paths

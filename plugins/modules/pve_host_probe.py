@@ -22,6 +22,9 @@ description:
     module is built for each; the loaded modules' versions and parameters.
   - An address that is not a GPU is reported in RV(missing), not as a failure, so the caller can name
     its own variable in the message.
+  - With O(packages), O(paths), O(apt_sources_naming) and O(units) it also reads the rest of what the role
+    decides on before it changes anything, so that a converge with nothing to change asks the host once, not a
+    round trip for each file and command.
 version_added: "0.1.0"
 author: inferhost contributors
 options:
@@ -71,6 +74,29 @@ options:
     description: The mokutil command used to test the enrolment.
     type: str
     default: mokutil
+  packages:
+    description: Package names or dpkg patterns whose installed versions and holds to report in RV(packages).
+    type: list
+    elements: str
+    default: []
+  paths:
+    description: Paths whose existence and size to report in RV(paths).
+    type: list
+    elements: path
+    default: []
+  apt_sources_naming:
+    description: Text (a repository's URL) to look for in the apt sources of O(apt_sources_dir); none when empty.
+    type: str
+    default: ""
+  apt_sources_dir:
+    description: Where the apt sources are (C(.list) and C(.sources) files).
+    type: path
+    default: /etc/apt/sources.list.d
+  units:
+    description: systemd units whose enablement to report in RV(units).
+    type: list
+    elements: str
+    default: []
 extends_documentation_fragment:
   - attributes.read_only
 """
@@ -149,7 +175,36 @@ cmdline:
   returned: always
   type: list
   elements: str
+packages:
+  description:
+    - The installed packages of O(packages), each with C(name), C(version), C(held) (dpkg's selection is hold)
+      and C(entry) (C(name=version)). Packages dpkg knows but has not installed are left out.
+  returned: always
+  type: list
+  elements: dict
+  sample:
+    - {name: nvidia-kernel-open-dkms, version: 590.48.01-1, held: true, entry: nvidia-kernel-open-dkms=590.48.01-1}
+paths:
+  description: For each path of O(paths), C(exists) and C(size) (null when it does not exist).
+  returned: always
+  type: dict
+  sample: {/etc/kernel/proxmox-boot-uuids: {exists: true, size: 10}}
+apt_sources:
+  description: The apt source files that contain O(apt_sources_naming), sorted.
+  returned: always
+  type: list
+  elements: str
+units:
+  description:
+    - What C(systemctl is-enabled) says of each unit of O(units) (C(enabled), C(disabled), C(static), ...),
+      C(not-found) for a unit systemd does not know, C(unknown) where there is no systemctl.
+  returned: always
+  type: dict
+  sample: {nvidia-persistenced.service: enabled}
 """
+
+# One line a package: "hi nvidia-modprobe=590.48.01-1" (Status-Abbrev, then name=version).
+DPKG_FORMAT = "${db:Status-Abbrev}${Package}=${Version}\n"
 
 
 def mok_state(module, secure_boot, key, mokutil):
@@ -168,6 +223,64 @@ def mok_state(module, secure_boot, key, mokutil):
     return False, text or f"mokutil --test-key exited {rc}"
 
 
+def parse_packages(output):
+    """dpkg-query's DPKG_FORMAT lines: the installed packages (current state "i"), with their holds."""
+    found = []
+    for line in output.splitlines():
+        if line[1:2] != "i" or "=" not in line[3:]:
+            continue
+        name, version = line[3:].split("=", 1)
+        found.append({"name": name, "version": version, "held": line.startswith("h"), "entry": line[3:]})
+    return found
+
+
+def installed_packages(module, patterns):
+    if not patterns:
+        return []
+    command = ["dpkg-query", "--show", "--showformat", DPKG_FORMAT, *patterns]
+    rc, out, err = module.run_command(command, expand_user_and_vars=False)
+    # dpkg-query exits 1 when a name or pattern matches no package; the lines it printed still stand.
+    if rc not in (0, 1):
+        module.fail_json(msg=f"dpkg-query exited {rc}: {err.strip()}")
+    return parse_packages(out)
+
+
+def path_states(paths):
+    states = {}
+    for path in paths:
+        exists = os.path.lexists(path)
+        states[path] = {"exists": exists, "size": os.stat(path).st_size if os.path.exists(path) else None}
+    return states
+
+
+def sources_naming(directory, text):
+    """The .list and .sources files of directory whose content contains text."""
+    if not text or not os.path.isdir(directory):
+        return []
+    found = []
+    for name in sorted(os.listdir(directory)):
+        path = os.path.join(directory, name)
+        if not name.endswith((".list", ".sources")) or not os.path.isfile(path):
+            continue
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            if text in handle.read():
+                found.append(path)
+    return found
+
+
+def unit_states(module, units):
+    systemctl = module.get_bin_path("systemctl") if units else None
+    states = {}
+    for unit in units:
+        if not systemctl:
+            states[unit] = "unknown"
+            continue
+        _, out, _ = module.run_command([systemctl, "is-enabled", unit])
+        # A unit systemd does not know prints its error on stderr only (older systemd) or "not-found".
+        states[unit] = out.strip().splitlines()[-1] if out.strip() else "not-found"
+    return states
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -181,6 +294,11 @@ def main():
             module_options=dict(type="dict", default={}),
             mok_key=dict(type="path", default="/var/lib/dkms/mok.pub"),
             mokutil=dict(type="str", default="mokutil"),
+            packages=dict(type="list", elements="str", default=[]),
+            paths=dict(type="list", elements="path", default=[]),
+            apt_sources_naming=dict(type="str", default=""),
+            apt_sources_dir=dict(type="path", default="/etc/apt/sources.list.d"),
+            units=dict(type="list", elements="str", default=[]),
         ),
         supports_check_mode=True,
     )
@@ -196,6 +314,10 @@ def main():
         module_options=p["module_options"],
     )
     result["mok_enrolled"], result["mok_detail"] = mok_state(module, result["secure_boot"], p["mok_key"], p["mokutil"])
+    result["packages"] = installed_packages(module, p["packages"])
+    result["paths"] = path_states(p["paths"])
+    result["apt_sources"] = sources_naming(p["apt_sources_dir"], p["apt_sources_naming"])
+    result["units"] = unit_states(module, p["units"])
     module.exit_json(changed=False, **result)
 
 

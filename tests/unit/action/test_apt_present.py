@@ -78,6 +78,32 @@ def test_a_real_run_still_fails_on_a_package_apt_does_not_know():
     assert result["failed"] and result["msg"] == UNKNOWN["msg"] and "unknown" not in result
 
 
+HINT = "Add NVIDIA's repository first (role nvidia_userspace)."
+
+
+@pytest.mark.parametrize(
+    "apt",
+    [
+        dict(UNKNOWN),
+        {
+            "failed": True,
+            "msg": "'/usr/bin/apt-get -y install cuda-toolkit-12-8' failed",
+            "stderr": ("E: Package 'cuda-toolkit-12-8' has no installation candidate\n"),
+        },
+    ],
+    ids=["unknown", "no candidate"],
+)
+def test_a_real_run_that_no_source_serves_ends_with_the_source_hint(apt):
+    result, _ = install({"name": ["cuda-toolkit-12-8"], "source_hint": HINT}, [{"missing": ["cuda-toolkit-12-8"]}, apt])
+    assert result["failed"] and result["msg"].startswith(apt["msg"].rstrip(".")) and result["msg"].endswith(HINT)
+
+
+def test_the_source_hint_stays_off_other_apt_failures():
+    apt = {"failed": True, "msg": "E: Sub-process /usr/bin/dpkg returned an error code (1)"}
+    result, _ = install({"name": ["gcc"], "source_hint": HINT}, [{"missing": ["gcc"]}, apt])
+    assert result["failed"] and result["msg"] == apt["msg"]
+
+
 def test_check_mode_still_fails_on_other_apt_failures():
     apt = {"failed": True, "msg": "'/usr/bin/apt-get -y install gcc' failed: E: Unable to locate"}
     result, _ = run_action(ACTION, {"name": ["gcc"]}, [{"missing": ["gcc"]}, apt], check_mode=True)

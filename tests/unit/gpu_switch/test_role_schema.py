@@ -191,7 +191,13 @@ def role_task(path: Path, src: str) -> dict:
         if task.get("ansible.builtin.template", {}).get("src") == src:
             args = {k: v for k, v in task["ansible.builtin.template"].items() if k not in ("owner", "group")}
             return {**task, "ansible.builtin.template": {**args, "src": str(ROLE / "templates" / src)}}
-        for entry in task.get("config_files", {}).get("files", []):
+        files = task.get("config_files", {}).get("files", [])
+        if isinstance(files, str):  # built in Jinja: {'dest': <expression>, 'content': lookup(<template>)}
+            entry = re.search(
+                r"\{'dest': ([^{}]+?), 'content': lookup\('ansible\.builtin\.template', '" + re.escape(src), files
+            )
+            files = [{"dest": "{{ " + entry.group(1) + " }}", "content": f"'{src}'"}] if entry else []
+        for entry in files:
             if f"'{src}'" in entry["content"]:
                 mode = task["config_files"]["mode"]
                 args = {"src": str(ROLE / "templates" / src), "dest": entry["dest"], "mode": mode}

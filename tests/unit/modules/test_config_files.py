@@ -156,6 +156,7 @@ def test_check_mode_reports_an_owner_not_created_yet_as_a_change(tmp_path):
         ({"directories": [{"path": "etc"}], "files": [{"dest": "etc", "content": ""}]}, "given twice"),
         ({"directories": [{"path": "etc"}], "files": [{**CONF[0], "mode": "rw-r--r--"}]}, "not an octal mode"),
         ({"directories": [{"path": "etc"}], "files": CONF, "owner": "inferhost-no-such-user"}, "unknown owner"),
+        ({"directories": [{"path": "etc", "prune": "../*.py"}], "files": CONF}, "not a file name pattern"),
     ],
 )
 def test_bad_input_is_refused_before_anything_changes(tmp_path, args, says):
@@ -176,3 +177,45 @@ def test_a_symbolic_link_is_replaced_by_the_file(tmp_path):
     result = run(tmp_path, files=[CONF[0]])
     assert result["changed"] is True
     assert not (tmp_path / "etc/a.conf").is_symlink() and (tmp_path / "target").read_text() == "a = 1\n"
+
+
+def test_a_file_may_keep_no_backup_where_the_others_do(tmp_path):
+    run(tmp_path, directories=[{"path": "etc"}], files=CONF)
+    edited = [{**CONF[0], "content": "a = 2\n", "backup": False}, {**CONF[1], "content": "#!/bin/bash\n"}]
+    result = run(tmp_path, files=edited)
+    assert list(result["backups"]) == [str(tmp_path / "etc/b.sh")]
+    assert sorted(p for p in os.listdir(tmp_path / "etc") if p.startswith("a.conf")) == ["a.conf"]
+
+
+PACKAGE = [{"dest": "lib/pkg/a.py", "content": "A = 1\n"}, {"dest": "lib/pkg/sub/b.py", "content": "B = 2\n"}]
+
+
+def test_prune_removes_what_the_files_do_not_list_in_the_tree(tmp_path):
+    shipped = run(tmp_path, directories=[{"path": "lib/pkg/sub", "prune": "*.py"}], files=PACKAGE)
+    assert shipped["changed"] is True
+    (tmp_path / "lib/pkg/old.py").write_text("gone\n")
+    (tmp_path / "lib/pkg/sub/older.py").write_text("gone\n")
+    (tmp_path / "lib/pkg/notes.txt").write_text("kept: another pattern\n")
+    (tmp_path / "lib/outside.py").write_text("kept: outside the directory\n")
+    check = run(tmp_path, directories=[{"path": "lib/pkg", "prune": "*.py"}], files=PACKAGE, check_mode=True)
+    stale = [str(tmp_path / p) for p in ("lib/pkg/old.py", "lib/pkg/sub/older.py")]
+    assert check["changed_paths"] == stale and all(Path(p).exists() for p in stale)
+    result = run(tmp_path, directories=[{"path": "lib/pkg", "prune": "*.py"}], files=PACKAGE, diff=True)
+    assert result["changed_paths"] == stale and result["backups"] == {}
+    assert result["diff"][0] == {
+        "before": {"path": stale[0], "state": "file"},
+        "after": {"path": stale[0], "state": "absent"},
+    }
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file()) == [
+        "lib/outside.py",
+        "lib/pkg/a.py",
+        "lib/pkg/notes.txt",
+        "lib/pkg/sub/b.py",
+    ]
+    again = run(tmp_path, directories=[{"path": "lib/pkg", "prune": "*.py"}], files=PACKAGE)
+    assert again["changed"] is False
+
+
+def test_prune_of_a_directory_that_check_mode_would_create_finds_nothing(tmp_path):
+    result = run(tmp_path, directories=[{"path": "lib/pkg", "prune": "*.py"}], files=PACKAGE[:1], check_mode=True)
+    assert result["changed_paths"] == [str(tmp_path / p) for p in ("lib", "lib/pkg", "lib/pkg/a.py")]

@@ -145,3 +145,93 @@ def test_secure_boot_without_a_key_or_mokutil(make_host, tmp_path, mokutil):
     key.write_text("ENROLLED")
     no_tool = run_module(PROBE, probe_args(root, mok_key=str(key), mokutil=str(tmp_path / "no-mokutil")))
     assert no_tool["mok_enrolled"] is False and "is not installed" in no_tool["mok_detail"]
+
+
+# The rest of what pve_host_gpu decides on, read in the same call.
+
+
+def test_probe_reads_installed_packages_with_their_holds():
+    output = (
+        "hi nvidia-kernel-open-dkms=590.48.01-1\n"
+        "ii nvidia-driver-pinning-590.48.01=590.48.01-1\n"
+        "rc nvidia-modprobe=580.65.06-1\n"  # removed, its configuration left: not installed
+        "un nvidia-persistenced=\n"
+    )
+    assert PROBE.parse_packages(output) == [
+        {
+            "name": "nvidia-kernel-open-dkms",
+            "version": "590.48.01-1",
+            "held": True,
+            "entry": "nvidia-kernel-open-dkms=590.48.01-1",
+        },
+        {
+            "name": "nvidia-driver-pinning-590.48.01",
+            "version": "590.48.01-1",
+            "held": False,
+            "entry": "nvidia-driver-pinning-590.48.01=590.48.01-1",
+        },
+    ]
+
+
+def test_probe_asks_dpkg_for_the_packages_with_the_format_untouched(make_host, tmp_path, monkeypatch):
+    """dpkg-query gets its ${...} format as written, not expanded as variables; exit 1 (a name it does not
+    know) is no failure."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    dpkg = bin_dir / "dpkg-query"
+    dpkg.write_text(
+        '#!/bin/sh\nprintf "%s\\n" "$3" > "$(dirname "$0")/format"\necho "hi nvidia-modprobe=590.48.01-1"\nexit 1\n'
+    )
+    dpkg.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    monkeypatch.setenv("Package", "expanded")  # what an expansion of the format's ${Package} would put there
+    result = run_module(PROBE, probe_args(make_host(), packages=["nvidia-modprobe", "nvidia-driver-pinning*"]))
+    assert result["packages"][0]["held"] is True and result["packages"][0]["version"] == "590.48.01-1"
+    assert (bin_dir / "format").read_text() == PROBE.DPKG_FORMAT + "\n"
+    dpkg.write_text("#!/bin/sh\necho 'dpkg: database locked' >&2\nexit 2\n")
+    failed = run_module(PROBE, probe_args(make_host(), packages=["nvidia-modprobe"]))
+    assert failed["failed"] and "database locked" in failed["msg"]
+
+
+def test_probe_reports_paths_and_the_apt_sources_naming_a_url(make_host, tmp_path):
+    sources = tmp_path / "sources.list.d"
+    sources.mkdir()
+    url = "https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64/"
+    (sources / "inferhost-nvidia-cuda.sources").write_text(f"Types: deb\nURIs: {url}\nSuites: /\n")
+    (sources / "cuda-debian12-x86_64.list").write_text(f"deb [signed-by=/usr/share/keyrings/cuda.gpg] {url} /\n")
+    (sources / "debian.sources").write_text("URIs: http://deb.debian.org/debian\n")
+    (sources / "notes.txt").write_text(url)  # apt reads only .list and .sources
+    empty = tmp_path / "proxmox-boot-uuids"
+    empty.write_text("")
+    result = run_module(
+        PROBE,
+        probe_args(
+            make_host(),
+            paths=[str(empty), str(tmp_path / "absent")],
+            apt_sources_naming=url,
+            apt_sources_dir=str(sources),
+        ),
+    )
+    assert result["apt_sources"] == [
+        str(sources / "cuda-debian12-x86_64.list"),
+        str(sources / "inferhost-nvidia-cuda.sources"),
+    ]
+    assert result["paths"] == {
+        str(empty): {"exists": True, "size": 0},
+        str(tmp_path / "absent"): {"exists": False, "size": None},
+    }
+    assert run_module(PROBE, probe_args(make_host(), apt_sources_dir=str(sources)))["apt_sources"] == []
+
+
+def test_probe_reports_what_systemctl_says_of_each_unit(make_host, tmp_path, monkeypatch):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    systemctl = bin_dir / "systemctl"
+    systemctl.write_text(
+        '#!/bin/sh\ncase "$2" in\n  on.service) echo enabled ;;\n  off.service) echo disabled; exit 1 ;;\n'
+        '  *) echo "Failed to get unit file state for $2: No such file or directory" >&2; exit 1 ;;\nesac\n'
+    )
+    systemctl.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    result = run_module(PROBE, probe_args(make_host(), units=["on.service", "off.service", "gone.service"]))
+    assert result["units"] == {"on.service": "enabled", "off.service": "disabled", "gone.service": "not-found"}
