@@ -1235,10 +1235,11 @@ class Checker:
     def _known_bad(self, host, service):
         """The known-bad rules that hold without the installed engine version (the role checks the others)."""
         rules = list(self.known_bad) + list(self.value(host, "inference_service_known_bad_extra", []) or [])
+        bounded = ("engine_version_below", "engine_version_max")
         return [
             r
             for r in rules
-            if isinstance(r, dict) and (not r.get("engine_version_below") or service.get("engine_version"))
+            if isinstance(r, dict) and (not any(r.get(b) for b in bounded) or service.get("engine_version"))
         ]
 
 

@@ -54,6 +54,11 @@ options:
         rank keeps whole counted on each) plus C(min_kv_cache_tokens) of KV cache must fit the share of it the
         engine takes (C(gpu-memory-utilization), C(mem-fraction-static); 0.9 when not set).
     type: float
+  hardware:
+    description:
+      - The hardware profile (role variable C(inference_service_hardware)). With it, a service with
+        C(expert_parallel) is warned with its single-stream decode ceiling with and without expert parallel.
+    type: dict
   min_kv_cache_tokens:
     description: Tokens of KV cache that must fit next to the weights on each GPU.
     type: int
@@ -198,6 +203,7 @@ def plan_one(params, service, units):
         memory_gb=params["memory_gb"],
         checkpoint_bytes=checkpoint_size(modelconfig, model_path) if config else None,
         min_kv_tokens=params["min_kv_cache_tokens"],
+        hardware=params["hardware"],
     )
     if config == {}:  # inactive and not downloaded: drop the refusal about the missing config
         checked["refusals"] = [r for r in checked["refusals"] if r["id"] != "config"]
@@ -247,6 +253,7 @@ def main():
             "compute_capability": {"type": "str"},
             "gpu_count": {"type": "int"},
             "memory_gb": {"type": "float"},
+            "hardware": {"type": "dict"},
             "min_kv_cache_tokens": {"type": "int", "default": 32768},
             "unit_prefix": {"type": "str", "default": "inference-"},
             "load_timeout_s": {"type": "int", "default": 2700},

@@ -3,8 +3,9 @@
 At batch size 1 a decode step is bound by two things that cannot overlap much:
 
 * every GPU reads its share of the weights that one token touches, over its memory bandwidth;
-* every layer waits for its tensor-parallel collectives (two all-reduces: after attention and after
-  the MLP/MoE), whose cost for a few kilobytes is almost all latency, plus the bytes over PCIe.
+* every layer waits for its tensor-parallel collectives (two all-reduces in most architectures: after
+  attention and after the MLP/MoE; ``ARCHITECTURES`` counts them from the engines' model code), whose cost
+  for a few kilobytes is almost all latency, plus the bytes over PCIe.
 
     t_token = bytes_per_gpu / HBM_bandwidth                         (weights, and KV cache at a context)
             + layers x collectives_per_layer x (latency(tp) + 2(tp-1)/tp x hidden x 2 B / PCIe_bandwidth)
@@ -32,6 +33,7 @@ from . import modelconfig
 
 # Bytes per parameter, scales included. Keys are the names the inventory uses.
 BYTES_PER_PARAM = {
+    "fp32": 4.0,
     "bf16": 2.0,
     "fp16": 2.0,
     "fp8": 1.0 + 4.0 / (128 * 128),  # e4m3, one fp32 scale per 128x128 block (DeepSeek-style)
@@ -46,9 +48,54 @@ BYTES_PER_PARAM = {
 GB = 1e9
 US = 1e-6
 
+# What the engines' own model code does in each decoder layer, by the checkpoint's architecture (config.json's
+# ``architectures``): ``collectives_per_layer``, the tensor-parallel collectives one token waits for in a layer;
+# ``router_dtype``, the width the engine holds the MoE router in when it differs from the dense weights. Each entry
+# cites the model code it was counted from. An architecture not listed gets DEFAULT_COLLECTIVES_PER_LAYER (one
+# all-reduce after attention, one after the MLP/MoE) and its router at the dense width; a service overrides the
+# count with ``model.collectives_per_layer``.
+DEFAULT_COLLECTIVES_PER_LAYER = 2
+ARCHITECTURES = {
+    # vLLM vllm/model_executor/models/deepseek_v2.py, SGLang python/sglang/srt/models/deepseek_v2.py: o_proj's
+    # all-reduce and the MoE's (the shared experts are added before it); the MLA down-projections and their norms
+    # are replicated linears, no collective.
+    "DeepseekV3ForCausalLM": {"collectives_per_layer": 2},
+    # vLLM vllm/model_executor/models/kimi_k25.py, SGLang python/sglang/srt/models/kimi_k25.py: the language model
+    # is DeepseekV3ForCausalLM (above).
+    "KimiK25ForConditionalGeneration": {"collectives_per_layer": 2},
+    # vLLM vllm/model_executor/models/deepseek_v2.py: GlmMoeDsaForCausalLM is DeepseekV2ForCausalLM, the code
+    # above; the sparse-attention indexer's projections are replicated, no collective.
+    "GlmMoeDsaForCausalLM": {"collectives_per_layer": 2},
+    # SGLang python/sglang/srt/models/qwen3_5.py, vLLM vllm/model_executor/models/qwen3_5.py: the all-reduce after
+    # the Gated DeltaNet's out_proj (or the attention's o_proj) and the MoE's; the gated RMSNorm and the q/k norms
+    # work per head, on each rank's own heads.
+    "Qwen3_5MoeForConditionalGeneration": {"collectives_per_layer": 2},
+    # vLLM vllm/model_executor/models/minimax_m2.py: the q/k RMSNorm spans every rank's heads, so
+    # MiniMaxText01RMSNormTP.forward_qk (vllm/model_executor/layers/mamba/linear_attn.py) all-reduces the q and k
+    # variances in every layer, a third collective next to o_proj's and the MoE's; SGLang
+    # python/sglang/srt/models/minimax_m2.py (MiniMaxM2QKRMSNorm) all-reduces the same sums of squares. Both build
+    # the router (gate) as an FP32 ReplicatedLinear (params_dtype=torch.float32).
+    "MiniMaxM2ForCausalLM": {"collectives_per_layer": 3, "router_dtype": "fp32"},
+}
+
 
 class CeilingError(ValueError):
     """The inputs do not describe a computable configuration."""
+
+
+def architecture_facts(config):
+    """``(architecture, facts)`` of a checkpoint's config.json from ``ARCHITECTURES``; ``facts`` is empty for an
+    architecture the table does not list (and ``architecture`` None when the config names none)."""
+    names = [str(name) for name in (config or {}).get("architectures") or []]
+    for name in names:
+        if name in ARCHITECTURES:
+            return name, dict(ARCHITECTURES[name])
+    return (names[0] if names else None), {}
+
+
+def valid_collectives_per_layer(value):
+    """Whether ``value`` is a usable count of collectives per layer: a whole number of at least 1."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
 def bytes_per_param(name):
@@ -117,7 +164,9 @@ class Model:
         experts_per_token=0,
         num_experts=0,
         dense_dtype="bf16",
-        collectives_per_layer=2,
+        collectives_per_layer=DEFAULT_COLLECTIVES_PER_LAYER,
+        router_params=0,
+        router_dtype=None,
         kv_values_per_token=0,
         kv_heads=None,
         kv_sharded=True,
@@ -132,6 +181,12 @@ class Model:
         non_expert = active_params - embedding_params - routed_params
         if not 0 <= replicated_quantized_params <= replicated_params <= non_expert:
             raise CeilingError(f"model {name}: replicated parameters exceed the non-expert weights read per token")
+        if not 0 <= router_params <= replicated_params - replicated_quantized_params:
+            raise CeilingError(f"model {name}: the router exceeds the unquantized weights every rank keeps whole")
+        if not valid_collectives_per_layer(collectives_per_layer):
+            raise CeilingError(
+                f"model {name}: collectives_per_layer {collectives_per_layer!r} is not a whole number of at least 1"
+            )
         self.name = name
         self.layers = layers
         self.hidden_size = hidden_size
@@ -144,6 +199,8 @@ class Model:
         self.num_experts = num_experts or 0
         self.dense_dtype = dense_dtype
         self.collectives_per_layer = collectives_per_layer
+        self.router_params = float(router_params)
+        self.router_dtype = router_dtype or dense_dtype
         self.kv_values_per_token = kv_values_per_token
         self.kv_heads = kv_heads
         self.kv_sharded = kv_sharded
@@ -152,6 +209,7 @@ class Model:
         self.total_routed_params = float(routed_params if total_routed_params is None else total_routed_params)
         bytes_per_param(quantization)
         bytes_per_param(dense_dtype)
+        bytes_per_param(self.router_dtype)
 
     @classmethod
     def from_config(cls, config, facts):
@@ -161,11 +219,13 @@ class Model:
         card states, input embedding included); ``quantization`` (key of ``BYTES_PER_PARAM``);
         ``quantized`` (``routed_experts``: only the routed experts are stored quantized, the rest BF16;
         ``all_linear``: every linear layer except the output head is quantized; or a number of billions);
-        optional ``dense_dtype`` (default ``bf16``) and ``collectives_per_layer`` (default 2).
+        optional ``dense_dtype`` (default ``bf16``) and ``collectives_per_layer`` (default: the architecture's
+        count in ``ARCHITECTURES``, else ``DEFAULT_COLLECTIVES_PER_LAYER``).
 
         The parameters every rank keeps whole come from ``modelconfig.replicated_params``. The router stays
-        in high precision in every checkpoint; with ``all_linear`` the MLA down-projections and the indexer
-        are quantized like every other linear layer.
+        in high precision in every checkpoint (at the width ``ARCHITECTURES`` gives, else the dense width);
+        with ``all_linear`` the MLA down-projections and the indexer are quantized like every other linear
+        layer.
         """
         cfg = modelconfig.text_config(config)
         try:
@@ -197,6 +257,10 @@ class Model:
         else:
             quantized = float(scope) * 1e9
         kv_values, kv_heads, sharded = kv_layout(cfg)
+        _, engine = architecture_facts(config)
+        collectives = facts.get("collectives_per_layer")
+        if collectives is None:
+            collectives = engine.get("collectives_per_layer", DEFAULT_COLLECTIVES_PER_LAYER)
         return cls(
             name=facts.get("name", cfg.get("model_type", "model")),
             layers=layers,
@@ -209,7 +273,9 @@ class Model:
             experts_per_token=k,
             num_experts=modelconfig.num_experts(cfg) or 0,
             dense_dtype=facts.get("dense_dtype", "bf16"),
-            collectives_per_layer=facts.get("collectives_per_layer", 2),
+            collectives_per_layer=collectives,
+            router_params=float(parts["router"]),
+            router_dtype=engine.get("router_dtype"),
             kv_values_per_token=kv_values,
             kv_heads=kv_heads,
             kv_sharded=sharded,
@@ -226,13 +292,17 @@ class Model:
         routed = routed_quantized * q + (self.routed_params - routed_quantized) * d
         other_quantized = self.quantized_params - routed_quantized
         other_dense = self.active_params - self.embedding_params - self.routed_params - other_quantized
-        return routed, other_quantized * q + other_dense * d
+        router = min(self.router_params, other_dense)
+        other = other_quantized * q + (other_dense - router) * d + router * bytes_per_param(self.router_dtype)
+        return routed, other
 
     def replicated_bytes(self):
         """Bytes of the weights every tensor-parallel rank holds whole (and reads whole for each token)."""
         q = bytes_per_param(self.quantization)
         d = bytes_per_param(self.dense_dtype)
-        return self.replicated_quantized_params * q + (self.replicated_params - self.replicated_quantized_params) * d
+        r = bytes_per_param(self.router_dtype)
+        dense = self.replicated_params - self.replicated_quantized_params - self.router_params
+        return self.replicated_quantized_params * q + dense * d + self.router_params * r
 
     def stored_bytes(self):
         """Bytes of all the weights (every expert, the input embedding), all GPUs together: an estimate of
@@ -339,6 +409,7 @@ def decode_ceiling(model, hardware, tp, *, expert_parallel=False, context_tokens
         "kv_gb_per_gpu": round(kv_per_gpu / GB, 3),
         "routed_experts_on_busiest_gpu": round(busiest, 3),
         "memory_ms": round(memory_s * 1e3, 3),
+        "collectives_per_layer": model.collectives_per_layer,
         "collectives": collectives,
         "collective_us": round(per_collective / US, 2),
         "comm_ms": round(comm_s * 1e3, 3),

@@ -9,8 +9,9 @@ Checks:
 
 * ``service``: the data itself (name, GPUs, sizes, flags the role manages itself).
 * ``known_bad``: the backend matrix, kept as data (the role's ``vars/main.yml``), matched against the
-  service's flags (or the engine's default for a flag left out), environment, model (weight quantization,
-  linear attention), engine, compute capability and engine version.
+  service's flags (or the engine's default for a flag left out; every flag that selects the same backend),
+  environment, model (weight quantization, linear attention), engine, compute capability and the range of
+  engine versions a rule holds for.
 * ``tensor_parallel``: the tensor-parallel size must divide the model's heads, KV heads, linear
   attention heads and intermediate sizes, and each GPU's slice must stay a multiple of the FP8 weight
   block or the quantization group (MiniMax-M2.5: 1536 / 8 = 192 is not a multiple of 128).
@@ -20,10 +21,14 @@ Checks:
   weights every rank keeps whole counted on each) plus a minimum KV cache must fit the GPU's memory.
 * ``checkpoint_edit``: an edit of the checkpoint's configuration that the installed engine version no
   longer needs is refused (remove it, restore the original from the backup).
+
+Warnings: ``expert_parallel`` on a model with routed experts states the single-stream (concurrency 1) decode
+ceiling with and without it (``ceiling.decode_ceiling``, with the hardware profile).
 """
 
 from __future__ import annotations
 
+import json
 import re
 
 from . import ceiling, modelconfig
@@ -99,6 +104,15 @@ def version_below(version, bound):
     left = parsed[0] + (0,) * (width - len(parsed[0]))
     right = limit[0] + (0,) * (width - len(limit[0]))
     return left < right or (left == right and parsed[1])
+
+
+def version_after(version, bound):
+    """True when ``version`` is a later release than ``bound`` (a pre-release or post-release of ``bound`` is not)."""
+    parsed, limit = parse_version(version), parse_version(bound)
+    if parsed is None or limit is None:
+        raise ValueError(f"cannot compare versions {version!r} and {bound!r}")
+    width = max(len(parsed[0]), len(limit[0]))
+    return parsed[0] + (0,) * (width - len(parsed[0])) > limit[0] + (0,) * (width - len(limit[0]))
 
 
 def effective_flags(service):
@@ -195,6 +209,17 @@ def check_service_data(service, gpu_count=None):
                 f"remove it from args and set {field}",
             )
         )
+    collectives = (service.get("model") or {}).get("collectives_per_layer")
+    if collectives is not None and not ceiling.valid_collectives_per_layer(collectives):
+        out.append(
+            refusal(
+                "service",
+                "model.collectives_per_layer",
+                f"model.collectives_per_layer {collectives!r} is not a whole number of at least 1",
+                "the tensor-parallel collectives one token waits for in each layer (docs/ceiling.md), or leave it "
+                "out for the count of the model's architecture",
+            )
+        )
     out += check_secrets(service)
     for key in service.get("env") or {}:
         if not ENV_NAME.match(str(key)):
@@ -228,20 +253,45 @@ def model_facts(service, config=None, quant_config=None):
     }
 
 
-def _condition_holds(cond, flags, env, model=None):
-    if "flag" in cond:
-        name = flag_name(cond["flag"])
-        present = name in flags and flags[name] not in (None, False, "")
-        value = flags.get(name)
-        if not present and "default" in cond:  # the engine's own choice when the flag is left out
-            present, value = True, cond["default"]
-    elif "model" in cond:
-        value = (model or {}).get(cond["model"])
-        present = value not in (None, False, "")
-    else:
-        name = cond["env"]
-        present = name in env and env[name] not in (None, "")
-        value = env.get(name)
+def flag_value(flags, name):
+    """``(present, value)`` of a flag in ``effective_flags``; a dotted name (``attention-config.backend``) is the
+    flag as written with its dot, or that key of the flag's mapping (a dict, or a JSON object as text)."""
+    name = flag_name(name)
+    if name in flags and flags[name] not in (None, False, ""):
+        return True, flags[name]
+    if "." in name:
+        parent, key = name.split(".", 1)
+        mapping = flags.get(parent)
+        if isinstance(mapping, str):
+            try:
+                mapping = json.loads(mapping)
+            except ValueError:
+                mapping = None
+        if isinstance(mapping, dict):
+            value = next((v for k, v in mapping.items() if flag_name(k) == flag_name(key)), None)
+            if value not in (None, False, ""):
+                return True, value
+    return False, None
+
+
+def _flag_values(cond, flags):
+    """``(flag, present, value)`` of each value the engine uses for a flag condition.
+
+    ``flag`` (its engine ``default`` when left out) is replaced by each of ``overridden_by`` for the part of the
+    work that flag selects (SGLang's prefill-/decode-attention-backend); it counts for each part left to it.
+    ``also`` names flags that select the same thing under another name or for other work (vLLM's
+    ``attention-config.backend``, SGLang's speculative draft): each counts when it is set.
+    """
+    main_name = flag_name(cond["flag"])
+    main = (main_name, *flag_value(flags, main_name))
+    if not main[1] and "default" in cond:  # the engine's own choice when the flag is left out
+        main = (main_name, True, cond["default"])
+    parts = [(flag_name(p), *flag_value(flags, p)) for p in cond.get("overridden_by") or []]
+    values = [part if part[1] else main for part in parts] if parts else [main]
+    return values + [v for v in ((flag_name(a), *flag_value(flags, a)) for a in cond.get("also") or []) if v[1]]
+
+
+def _value_holds(cond, present, value):
     text = "" if value is None else str(value)
     if "in" in cond:
         return present and text.lower() in {str(v).lower() for v in cond["in"]}
@@ -252,6 +302,45 @@ def _condition_holds(cond, flags, env, model=None):
     if "contains" in cond:
         return present and str(cond["contains"]).lower() in text.lower()
     return present == bool(cond.get("present", True))
+
+
+def _condition_matches(cond, flags, env, model=None):
+    """None when a rule's condition does not hold; else the ``(flag, value)`` pairs that make a flag condition hold
+    (it holds when it holds for any value the engine uses), or an empty list for the other conditions."""
+    if "flag" in cond:
+        values = _flag_values(cond, flags)
+        if any(key in cond for key in ("in", "not_in", "prefix", "contains")):
+            matches = [(name, value) for name, present, value in values if _value_holds(cond, present, value)]
+            return matches or None
+        present = [(name, value) for name, found, value in values if found]
+        return present if bool(present) == bool(cond.get("present", True)) else None
+    if "model" in cond:
+        value = (model or {}).get(cond["model"])
+        return [] if _value_holds(cond, value not in (None, False, ""), value) else None
+    name = cond["env"]
+    return [] if _value_holds(cond, name in env and env[name] not in (None, ""), env.get(name)) else None
+
+
+def _version_gate(rule, engine, engine_version):
+    """``(applies, note, warning)`` of a rule's engine-version bounds: ``engine_version_below`` (the rule applies
+    before it) and ``engine_version_max`` (up to and including it). An unknown version applies the rule, noted."""
+    below, last = rule.get("engine_version_below"), rule.get("engine_version_max")
+    if engine_version:
+        outside = (below and not version_below(engine_version, below)) or (last and version_after(engine_version, last))
+        return not outside, "", None
+    if below:
+        return (
+            True,
+            f" (fixed from {engine} {below}; the installed version is unknown)",
+            f"{rule['id']}: set engine_version to lift this check if {below} or later is installed",
+        )
+    if last:
+        return (
+            True,
+            f" (known up to {engine} {last}; the installed version is unknown)",
+            f"{rule['id']}: set engine_version to lift this check if a release after {last} is installed",
+        )
+    return True, "", None
 
 
 def check_known_bad(service, rules, compute_capability=None, engine_version=None, model=None):
@@ -266,18 +355,27 @@ def check_known_bad(service, rules, compute_capability=None, engine_version=None
         capabilities = [str(c) for c in rule.get("compute_capability") or []]
         if capabilities and str(compute_capability) not in capabilities:
             continue
-        if not all(_condition_holds(c, flags, env, model) for c in rule.get("when") or []):
+        conditions = rule.get("when") or []
+        matches = [_condition_matches(c, flags, env, model) for c in conditions]
+        if any(m is None for m in matches):
             continue
-        reason = rule["reason"]
-        below = rule.get("engine_version_below")
-        if below:
-            if engine_version and not version_below(engine_version, below):
-                continue
-            if not engine_version:
-                reason += f" (fixed from {service['engine']} {below}; the installed version is unknown)"
-                warnings.append(f"{rule['id']}: set engine_version to lift this check if {below} or later is installed")
+        applies, note, warning = _version_gate(rule, service.get("engine"), engine_version)
+        if not applies:
+            continue
+        if warning:
+            warnings.append(warning)
+        # A value selected by another flag than the one the rule's fix names: say which, and that it needs the fix.
+        others = {}
+        for cond, found in zip(conditions, matches, strict=True):
+            for name, value in found:
+                if "flag" in cond and name != flag_name(cond["flag"]):
+                    others.setdefault(name, value)
+        reason, fix = rule["reason"], rule["fix"]
+        if others:
+            reason += " (" + ", ".join(f"{name}: {value}" for name, value in others.items()) + ")"
+            fix += f"; the same for {', '.join(others)}, or remove it"
         source = f" [{rule['source']}]" if rule.get("source") else ""
-        out.append(refusal("known_bad", rule["id"], reason + source, rule["fix"]))
+        out.append(refusal("known_bad", rule["id"], reason + note + source, fix))
     return out, warnings
 
 
@@ -485,6 +583,57 @@ def check_memory_fit(
     return [refusal("memory", "memory.fit", reason, fix)], []
 
 
+# --- expert parallel at concurrency 1 -------------------------------------------------------------
+
+
+def check_expert_parallel(service, config, hardware=None, quant_config=None):
+    """Warnings: expert parallel lowers the single-stream decode ceiling; say by how much.
+
+    With expert parallel each GPU holds whole experts and a token's routed experts land unevenly, so every step
+    waits for the busiest GPU (``ceiling.expected_max_experts``). The comparison is with plain tensor parallel at
+    the same size, or at the largest smaller size that fits the model when the same size does not (MiniMax-M2.5 at
+    TP 8). ``hardware`` is the hardware profile (``inference_service_hardware``); without it, or without the model
+    facts, the warning says what is missing.
+    """
+    if not service.get("expert_parallel") or config is None:
+        return []
+    cfg = modelconfig.text_config(config)
+    k = modelconfig.experts_per_token(cfg)
+    tp = tensor_parallel_size(service)
+    if not modelconfig.num_experts(cfg) or not k or tp < 2:
+        return []
+    quant = modelconfig.quantization(config, quant_config)
+    plain = next((n for n in range(tp, 0, -1) if not _tp_problems(cfg, quant, n, False)), None)
+    facts = service.get("model") or {}
+    try:
+        model = ceiling.Model.from_config(config, {"name": service.get("name", "model"), **facts})
+        profile = ceiling.Hardware.from_dict(hardware or {})
+        with_ep = ceiling.decode_ceiling(model, profile, tp, expert_parallel=True)
+        without = ceiling.decode_ceiling(model, profile, plain) if plain else None
+    except (ceiling.CeilingError, TypeError, ValueError) as exc:
+        return [
+            "expert_parallel: each token waits for the GPU that holds most of its routed experts, which lowers the "
+            "single-stream speed (concurrency 1); no ceiling to say by how much: "
+            f"{exc} (model.active_params_b, model.quantization and inference_service_hardware, docs/ceiling.md)"
+        ]
+    text = (
+        f"expert_parallel: the single-stream decode ceiling (concurrency 1) at TP {tp} is "
+        f"{with_ep['tokens_per_s']} tok/s with expert parallel"
+    )
+    if without is None:
+        text += ", and no tensor-parallel size fits the model without it"
+    else:
+        drop = 100 * (1 - with_ep["tokens_per_s"] / without["tokens_per_s"])
+        text += f" and {without['tokens_per_s']} tok/s without it"
+        text += f" at TP {plain}, the largest size that fits the model without it" if plain != tp else ""
+        text += f" ({abs(drop):.0f} % {'lower' if drop >= 0 else 'higher'})"
+    return [
+        text + f": each token waits for the GPU that holds most of its {k} routed experts "
+        f"({with_ep['routed_experts_on_busiest_gpu']:g} on average, against {k / tp:g} without it); keep it only "
+        "where a benchmark at the concurrency you serve shows it helps (docs/ceiling.md)"
+    ]
+
+
 # --- version-gated checkpoint edits ---------------------------------------------------------------
 
 
@@ -528,8 +677,10 @@ def plan_service(
     memory_gb=None,
     checkpoint_bytes=None,
     min_kv_tokens=MIN_KV_CACHE_TOKENS,
+    hardware=None,
 ):
-    """Run every check; ``config`` is the checkpoint's config.json (None: model checks are refused)."""
+    """Run every check; ``config`` is the checkpoint's config.json (None: model checks are refused);
+    ``hardware`` the hardware profile, for the ceilings an expert-parallel warning states."""
     version = engine_version or service.get("engine_version")
     refusals = check_service_data(service, gpu_count)
     model = model_facts(service, config, quant_config)
@@ -557,6 +708,7 @@ def plan_service(
         )
         refusals += memory
         warnings += memory_warnings
+        warnings += check_expert_parallel(service, config, hardware, quant_config)
     refusals += check_kv_cache(service, config, quant_config)
     edit_refusals, needed, edit_warnings = check_checkpoint_edits(service, version)
     refusals += edit_refusals

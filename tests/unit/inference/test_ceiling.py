@@ -3,7 +3,9 @@
 import re
 
 import pytest
+from inference import ceiling
 from inference.ceiling import (
+    ARCHITECTURES,
     BYTES_PER_PARAM,
     CeilingError,
     Hardware,
@@ -179,7 +181,7 @@ def test_stored_bytes_count_every_expert(services):
 WORKED = {
     "qwen35": 185.1,
     "kimi-k25": 140.1,  # 164.7 before the replicated weights were counted
-    "minimax-m25": 319.0,
+    "minimax-m25": 247.8,  # 319.0 with two collectives per layer and a BF16 router
 }
 
 
@@ -246,3 +248,96 @@ def test_glm5_worked_example(hardware):
     doc = (ROOT / "docs/ceiling.md").read_text()
     assert "| GLM-5 | not recorded; 4-bit routed experts assumed (below) | 10.36 | 98.0 | **10.6 %** |" in doc
     assert "Ceiling **98.0 tok/s** (every linear layer in NVFP4 instead: 137.6 tok/s)" in doc
+
+
+# --- collectives per layer, by architecture ---------------------------------------------------------
+
+
+def test_collectives_per_layer_come_from_the_architecture(services):
+    assert reference_model(services, "minimax-m25").collectives_per_layer == 3
+    assert reference_model(services, "kimi-k25").collectives_per_layer == 2
+    assert reference_model(services, "qwen35").collectives_per_layer == 2
+    assert glm5().collectives_per_layer == 2
+    # an architecture the table does not list: one all-reduce after attention, one after the MLP
+    config = {**load_config("MiniMax-M2.5"), "architectures": ["SomeNewForCausalLM"]}
+    model = Model.from_config(config, {"active_params_b": 10, "quantization": "fp8", "quantized": "all_linear"})
+    assert model.collectives_per_layer == 2
+    assert model.router_dtype == "bf16"
+    assert ceiling.architecture_facts(config) == ("SomeNewForCausalLM", {})
+    assert ceiling.architecture_facts({}) == (None, {})
+
+
+def test_every_architecture_entry_cites_the_engines_model_file():
+    """Each entry of ARCHITECTURES has a comment above it naming the engine's model code it was counted from."""
+    lines = (ROOT / "plugins/module_utils/inference/ceiling.py").read_text().splitlines()
+    for name in ARCHITECTURES:
+        index = next(i for i, line in enumerate(lines) if line.strip().startswith(f'"{name}": {{'))
+        comment = []
+        for line in reversed(lines[:index]):
+            if not line.strip().startswith("#"):
+                break
+            comment.append(line)
+        assert re.search(r"(vllm|sglang)\S*/models/\w+\.py", " ".join(comment)), name
+
+
+def test_minimax_pays_three_collectives_per_layer_and_reads_an_fp32_router(services, hardware):
+    """vLLM's and SGLang's MiniMax-M2 all-reduce the q/k norm's variance in every layer, and hold the gate in FP32."""
+    model = reference_model(services, "minimax-m25")
+    router = 62 * 3072 * 256
+    assert model.router_params == router
+    assert model.replicated_bytes() == pytest.approx(4 * router)  # FP32, whole on every GPU: 0.195 GB
+    result = decode_ceiling(model, Hardware.from_dict(hardware), 4)
+    assert result["collectives_per_layer"] == 3
+    assert result["collectives"] == 62 * 3
+    assert result["replicated_gb_per_gpu"] == 0.195
+    assert result["tokens_per_s"] == 247.8
+    # each correction on its own: the third collective alone gives 251.2, the FP32 router alone 313.5
+    model.router_dtype = "bf16"
+    assert decode_ceiling(model, Hardware.from_dict(hardware), 4)["tokens_per_s"] == 251.2
+    two = Model.from_config(
+        load_config("MiniMax-M2.5"),
+        {"name": "minimax-m25", **services["minimax-m25"]["model"], "collectives_per_layer": 2},
+    )
+    assert two.router_dtype == "fp32"
+    assert decode_ceiling(two, Hardware.from_dict(hardware), 4)["tokens_per_s"] == 313.5
+
+
+def test_a_service_overrides_the_collectives_per_layer(services, hardware):
+    facts = {**services["kimi-k25"]["model"], "collectives_per_layer": 3}
+    model = Model.from_config(load_config("Kimi-K2.5"), facts)
+    result = decode_ceiling(model, Hardware.from_dict(hardware), 8)
+    assert result["collectives"] == 61 * 3
+    # the memory term is unchanged, the collectives cost half as much again: 122 -> 183 x 31.9 us
+    assert result["memory_ms"] == 3.244
+    assert result["comm_ms"] == pytest.approx(183 * 31.9e-3, abs=2e-3)
+    assert result["tokens_per_s"] < 140.1
+
+
+@pytest.mark.parametrize("value", [0, -1, 2.5, True, "3", None])
+def test_collectives_per_layer_must_be_a_whole_number_of_at_least_one(value):
+    with pytest.raises(CeilingError, match="collectives_per_layer .* is not a whole number of at least 1"):
+        toy_model(collectives_per_layer=value)
+
+
+def test_the_router_cannot_exceed_the_unquantized_replicated_weights():
+    with pytest.raises(CeilingError, match="the router exceeds"):
+        toy_model(replicated_params=1e8, router_params=2e8)
+
+
+def test_a_wider_router_costs_its_own_bytes():
+    # 0.1 B router params of the 5 B BF16 non-expert weights, held in FP32: 0.2 GB more per token
+    plain = decode_ceiling(toy_model(replicated_params=1e8, router_params=1e8), toy_hardware(), tp=1)
+    wide = decode_ceiling(
+        toy_model(replicated_params=1e8, router_params=1e8, router_dtype="fp32"), toy_hardware(), tp=1
+    )
+    assert plain["weights_gb_per_token"] == pytest.approx(12.25)
+    assert wide["weights_gb_per_token"] == pytest.approx(12.45)
+
+
+def test_minimax_tp8_with_expert_parallel_in_the_documentation(services, hardware):
+    result = decode_ceiling(
+        reference_model(services, "minimax-m25"), Hardware.from_dict(hardware), 8, expert_parallel=True
+    )
+    assert result["tokens_per_s"] == 134.0
+    doc = " ".join((ROOT / "docs/ceiling.md").read_text().split())
+    assert "TP 8 with expert parallel is allowed but its ceiling is lower, **134.0 tok/s**" in doc

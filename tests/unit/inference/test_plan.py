@@ -5,7 +5,15 @@ import copy
 import pytest
 import yaml
 from inference import modelconfig
-from inference.plan import format_refusals, parse_version, plan_service, version_below
+from inference.plan import (
+    check_known_bad,
+    flag_value,
+    format_refusals,
+    parse_version,
+    plan_service,
+    version_after,
+    version_below,
+)
 from inference_refdata import MODELS, REFERENCE, ROLE
 
 RULES = yaml.safe_load((ROLE / "vars/main.yml").read_text())["__inference_service_known_bad"]
@@ -137,6 +145,13 @@ SM120_CASES = [
     ),
     (
         "qwen35",
+        {"args": {"moe-runner-backend": "flashinfer_cutedsl"}},
+        "sm120-sglang-cutedsl-fp4-moe",
+        "runs on SM120 but its output is garbage",
+        "moe-runner-backend: flashinfer_cutlass",
+    ),
+    (
+        "qwen35",
         {"args": {"fp4-gemm-backend": "flashinfer_trtllm"}},
         "sm120-sglang-trtllm-fp4-gemm",
         "SM100 only",
@@ -242,6 +257,196 @@ def test_triton_mla_fp8_kv_is_version_gated(services):
     unknown = plan(service, REFERENCE["kimi-k25"])
     assert "installed version is unknown" in refused(unknown)["sm120-vllm-triton-mla-fp8-kv"]["reason"]
     assert any("engine_version" in w for w in unknown["warnings"])
+
+
+# --- every flag that selects the same backend ------------------------------------------------------
+
+
+@pytest.mark.parametrize("phase", ["prefill-attention-backend", "decode-attention-backend"])
+def test_flashinfer_for_one_phase_is_refused_for_linear_attention(services, phase):
+    """attention-backend triton with flashinfer for prefill or decode alone still runs flashinfer there."""
+    service = variant(services, "qwen35", args={phase: "flashinfer"})
+    hit = refused(plan(service, REFERENCE["qwen35"], version="0.5.9"))["sm120-sglang-flashinfer-linear-attention"]
+    assert f"({phase}: flashinfer)" in hit["reason"]
+    assert hit["fix"] == f"args: {{attention-backend: triton}}; the same for {phase}, or remove it"
+    service["args"][phase] = "triton"
+    assert plan(service, REFERENCE["qwen35"], version="0.5.9")["refusals"] == []
+
+
+def test_a_phase_left_to_the_default_attention_backend_is_refused(services):
+    """prefill-attention-backend triton alone leaves decode to attention-backend, whose SM120 default is flashinfer."""
+    service = without_arg(services, "qwen35", "attention-backend")
+    service["args"]["prefill-attention-backend"] = "triton"
+    hit = refused(plan(service, REFERENCE["qwen35"], version="0.5.9"))["sm120-sglang-flashinfer-linear-attention"]
+    assert "left out" in hit["reason"] and hit["fix"] == "args: {attention-backend: triton}"
+    service["args"]["decode-attention-backend"] = "triton"  # both phases chosen: the default is used nowhere
+    assert plan(service, REFERENCE["qwen35"], version="0.5.9")["refusals"] == []
+
+
+@pytest.mark.parametrize(
+    ("changes", "rule"),
+    [
+        ({"prefill-attention-backend": "fa3"}, "sm120-sglang-fa3"),
+        ({"speculative-draft-attention-backend": "fa3"}, "sm120-sglang-fa3"),
+        ({"decode-attention-backend": "trtllm_mha"}, "sm120-sglang-sm90-sm100-attention"),
+        ({"speculative-moe-runner-backend": "deep_gemm"}, "sm120-sglang-deepgemm-moe"),
+        ({"speculative-moe-runner-backend": "flashinfer_trtllm"}, "sm120-sglang-sm100-fp4-moe"),
+    ],
+)
+def test_other_flags_that_select_a_refused_backend_are_refused(services, changes, rule):
+    ((flag, value),) = changes.items()
+    hit = refused(plan(variant(services, "qwen35", args=changes), REFERENCE["qwen35"], version="0.5.9"))[rule]
+    assert f"({flag}: {value})" in hit["reason"]
+    assert hit["fix"].endswith(f"; the same for {flag}, or remove it")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        {"attention-config": {"backend": "FLASHMLA"}},
+        {"attention-config": '{"backend": "cutlass_mla"}'},
+        {"attention-config.backend": "FLASHINFER_MLA"},
+    ],
+)
+def test_vllm_attention_config_backend_is_the_attention_backend(services, args):
+    service = without_arg(services, "kimi-k25", "attention-backend")
+    service["args"].update(args)
+    hit = refused(plan(service, REFERENCE["kimi-k25"]))["sm120-vllm-mla-backend"]
+    assert "(attention-config.backend: " in hit["reason"]
+    assert hit["fix"] == "args: {attention-backend: TRITON_MLA}; the same for attention-config.backend, or remove it"
+
+
+def test_vllm_attention_config_with_triton_mla_is_accepted(services):
+    service = without_arg(services, "kimi-k25", "attention-backend")
+    service["args"]["attention-config"] = {"backend": "TRITON_MLA"}
+    assert plan(service, REFERENCE["kimi-k25"])["refusals"] == []
+
+
+def test_flag_values_read_a_key_of_a_mapping_flag():
+    assert flag_value({"attention-config": {"backend": "X"}}, "attention-config.backend") == (True, "X")
+    assert flag_value({"attention-config": '{"backend": "Y"}'}, "attention_config.backend") == (True, "Y")
+    assert flag_value({"attention-config": "not json"}, "attention-config.backend") == (False, None)
+    assert flag_value({"attention-config": {"other": 1}}, "attention-config.backend") == (False, None)
+    assert flag_value({"x": False}, "x") == (False, None)
+
+
+# --- engine-version bounds -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("version", "applies"),
+    [("0.5.8", True), ("0.5.9", True), ("0.5.9.post1", True), ("0.5.10rc1", False), ("0.5.10", False)],
+)
+def test_flashinfer_linear_attention_rule_stops_after_sglang_0_5_9(services, version, applies):
+    service = variant(services, "qwen35", args={"attention-backend": "flashinfer"})
+    found = refused(plan(service, REFERENCE["qwen35"], version=version))
+    assert ("sm120-sglang-flashinfer-linear-attention" in found) is applies
+
+
+def test_upper_bound_with_an_unknown_version_refuses_and_says_so(services):
+    service = variant(services, "qwen35", args={"attention-backend": "flashinfer"})
+    result = plan(service, REFERENCE["qwen35"])
+    hit = refused(result)["sm120-sglang-flashinfer-linear-attention"]
+    assert "(known up to sglang 0.5.9; the installed version is unknown)" in hit["reason"]
+    assert (
+        "sm120-sglang-flashinfer-linear-attention: set engine_version to lift this check if a release after 0.5.9 "
+        "is installed"
+    ) in result["warnings"]
+
+
+def test_the_engine_honours_an_upper_bound_of_any_rule():
+    rule = {
+        "id": "r",
+        "engine": "any",
+        "engine_version_max": "1.2",
+        "when": [{"flag": "x"}],
+        "reason": "bad",
+        "fix": "f",
+    }
+    service = {"engine": "vllm", "args": {"x": True}}
+    assert [r["id"] for r in check_known_bad(service, [rule], engine_version="1.2.0")[0]] == ["r"]
+    assert check_known_bad(service, [rule], engine_version="1.3")[0] == []
+    both = {**rule, "engine_version_below": "1.0"}  # a range: from 1.0 on it no longer applies
+    assert check_known_bad(service, [both], engine_version="1.1")[0] == []
+    assert [r["id"] for r in check_known_bad(service, [both], engine_version="0.9")[0]] == ["r"]
+
+
+@pytest.mark.parametrize(
+    ("version", "bound", "after"),
+    [
+        ("0.5.10", "0.5.9", True),
+        ("0.6", "0.5.9", True),
+        ("0.5.9", "0.5.9", False),
+        ("0.5.9rc1", "0.5.9", False),
+        ("0.5.9.post2", "0.5.9", False),
+        ("0.5.8", "0.5.9", False),
+        ("1.0.0.dev3+gabc", "0.5.9", True),
+    ],
+)
+def test_version_after(version, bound, after):
+    assert version_after(version, bound) is after
+
+
+def test_cutedsl_refusal_says_what_the_deployment_saw(services):
+    service = variant(services, "qwen35", args={"moe-runner-backend": "flashinfer_cutedsl"})
+    found = refused(plan(service, REFERENCE["qwen35"]))
+    assert "sm120-sglang-sm100-fp4-moe" not in found  # it runs on SM120: not the "written for SM100" rule
+    reason = found["sm120-sglang-cutedsl-fp4-moe"]["reason"]
+    assert "does not run" not in reason
+    assert "the reference deployment's output checks found the service started and answering with garbage" in reason
+
+
+# --- expert parallel at concurrency 1 --------------------------------------------------------------
+
+
+def test_expert_parallel_warns_with_the_ceiling_with_and_without_it(services, hardware):
+    service = variant(services, "kimi-k25", expert_parallel=True)
+    result = plan(service, REFERENCE["kimi-k25"], hardware=hardware)
+    assert result["refusals"] == []
+    warning = next(w for w in result["warnings"] if w.startswith("expert_parallel:"))
+    assert "at TP 8 is 118.5 tok/s with expert parallel and 140.1 tok/s without it (15 % lower)" in warning
+    assert "most of its 8 routed experts (2.575 on average, against 1 without it)" in warning
+
+
+def test_minimax_tp8_expert_parallel_is_compared_with_the_tp_that_fits_without_it(services, hardware):
+    """TP 8 without expert parallel is refused for MiniMax-M2.5 (the FP8 block): the comparison is TP 4."""
+    service = variant(services, "minimax-m25", gpus=list(range(8)), tensor_parallel_size=8, expert_parallel=True)
+    result = plan(service, REFERENCE["minimax-m25"], hardware=hardware)
+    assert result["refusals"] == []
+    (warning,) = [w for w in result["warnings"] if w.startswith("expert_parallel:")]
+    assert (
+        "at TP 8 is 134.0 tok/s with expert parallel and 247.8 tok/s without it at TP 4, the largest size that "
+        "fits the model without it (46 % lower)"
+    ) in warning
+
+
+def test_expert_parallel_without_a_hardware_profile_says_what_is_missing(services):
+    result = plan(variant(services, "kimi-k25", expert_parallel=True), REFERENCE["kimi-k25"])
+    (warning,) = [w for w in result["warnings"] if w.startswith("expert_parallel:")]
+    assert "lowers the single-stream speed (concurrency 1); no ceiling to say by how much" in warning
+    assert "hardware profile lacks" in warning
+
+
+def test_no_expert_parallel_warning_without_expert_parallel(services, hardware):
+    for name in REFERENCE:
+        assert not [w for w in plan(services[name], REFERENCE[name], hardware=hardware)["warnings"] if "expert" in w]
+
+
+# --- collectives per layer in the service data -----------------------------------------------------
+
+
+@pytest.mark.parametrize("value", [0, -2, 1.5, "3", True])
+def test_collectives_per_layer_must_be_a_whole_number(services, value):
+    service = copy.deepcopy(services["minimax-m25"])
+    service["model"]["collectives_per_layer"] = value
+    hit = refused(plan(service, REFERENCE["minimax-m25"]))["model.collectives_per_layer"]
+    assert f"model.collectives_per_layer {value!r} is not a whole number of at least 1" in hit["reason"]
+
+
+def test_collectives_per_layer_set_on_a_service_is_accepted(services):
+    service = copy.deepcopy(services["minimax-m25"])
+    service["model"]["collectives_per_layer"] = 3
+    assert plan(service, REFERENCE["minimax-m25"])["refusals"] == []
 
 
 # --- tensor parallel against config.json -----------------------------------------------------------

@@ -292,3 +292,28 @@ def test_the_moe_runner_backend_rule_stops_the_run_before_any_change():
     assert "produces NaN" in found.given and found.fix == "args: {moe-runner-backend: flashinfer_cutlass}"
     ct["inference_service_services"] = [sglang_nvfp4(**{"moe-runner-backend": "flashinfer_cutlass"})]
     assert problems(ct=ct, targets=["ct"], known_bad=KNOWN_BAD) == []
+
+
+def test_a_rule_bounded_by_engine_version_waits_for_the_version():
+    """A rule with engine_version_max (or _below) holds only for some versions: without the service's
+    engine_version the validation play leaves it to the role's plan, which reads the installed one."""
+    rule = {
+        "id": "bounded",
+        "engine": "sglang",
+        "engine_version_max": "0.5.9",
+        "when": [{"flag": "attention-backend", "in": ["flashinfer"]}],
+        "reason": "bad up to 0.5.9",
+        "fix": "args: {attention-backend: triton}",
+    }
+
+    def with_version(version):
+        svc = service(engine="sglang", args={"attention-backend": "flashinfer"})
+        if version:
+            svc["engine_version"] = version
+        return problems(ct={"inference_service_services": [svc]}, targets=["ct"], known_bad=[rule])
+
+    assert with_version(None) == []
+    assert with_version("0.5.10") == []
+    found = only(with_version("0.5.9"))
+    assert found.variable == "inference_service_services[0].known_bad"
+    assert "bad up to 0.5.9" in found.given and found.fix == "args: {attention-backend: triton}"

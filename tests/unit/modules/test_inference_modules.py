@@ -62,6 +62,18 @@ def test_refusal_fails_the_module_with_every_reason(services):
     assert "1536/8 = 192 per GPU is not a multiple of the FP8 weight block 128" in result["msg"]
 
 
+def test_expert_parallel_is_warned_with_the_ceilings_of_the_hardware_profile(services, hardware):
+    with_ep = dict(services)
+    with_ep["kimi-k25"] = {**services["kimi-k25"], "expert_parallel": True}
+    result = run_module(PLAN, plan_args(with_ep, hardware=hardware))
+    assert not result.get("failed"), result.get("msg")
+    kimi = next(s for s in result["services"] if s["name"] == "kimi-k25")
+    assert any("118.5 tok/s with expert parallel and 140.1 tok/s without it" in w for w in kimi["warnings"])
+    assert "kimi-k25: expert_parallel: the single-stream decode ceiling" in json.dumps(result["warnings"])
+    others = [w for s in result["services"] if s["name"] != "kimi-k25" for w in s["warnings"]]
+    assert not [w for w in others if "expert_parallel" in w]
+
+
 def test_inactive_service_without_checkpoint_is_only_a_warning(services):
     args = plan_args(services)
     args["services"][1]["model"]["path"] = "/nonexistent/Kimi-K2.5"

@@ -91,3 +91,18 @@ def test_a_real_run_stops_before_any_change(tmp_path):
     assert "nccl_tuning_settings" in proc.stdout + proc.stderr
     assert "Validating arguments against arg spec" in proc.stdout
     assert not conf.exists() and not (tmp_path / "nccl.env").exists()
+
+
+def test_a_service_may_set_its_collectives_per_layer_and_a_wrong_type_is_rejected():
+    """model.collectives_per_layer is declared (int) in inference_service's spec, so an inventory can set it."""
+    spec = {"inference_service_services": spec_of("inference_service")["inference_service_services"]}
+
+    def errors(value):
+        model = {"path": "/srv/models/MiniMax-M2.5", "collectives_per_layer": value}
+        service = {"name": "mm", "engine": "vllm", "environment": "/opt/venvs/vllm", "model": model, "gpus": [0]}
+        result = ArgumentSpecValidator(spec).validate({"inference_service_services": [service]})
+        return [e.error_message if hasattr(e, "error_message") else str(e) for e in result.errors]
+
+    assert errors(3) == []
+    (message,) = errors("many")
+    assert "collectives_per_layer" in message and "int" in message
