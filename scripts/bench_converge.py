@@ -5,9 +5,9 @@ and what each Ansible setting that makes a converge fast is worth.
 
     .venv/bin/python scripts/bench_converge.py [--repeat N]
 
-Each converge is timed as a user runs it, `ansible-playbook site.yml` from the project's root (ansible.cfg
-names the lab's inventory); the same converge through ansible-runner, which inferhost-lab uses for its progress
-lines, is printed beside it. Every figure is measured in this run and printed as a ratio to the project's own
+Each converge is timed as a user runs it, `ansible-playbook -i inventory/lab/hosts.yml site.yml` from the
+project's root; the same converge through ansible-runner, which inferhost-lab uses for its progress lines, is
+printed beside it. Every figure is measured in this run and printed as a ratio to the project's own
 settings, so the noise of a shared machine cancels out as far as it can. Needs the lab's tools (make bootstrap);
 it starts the lab's machines fresh and leaves them converged.
 """
@@ -48,10 +48,11 @@ def timed_converge(_lab, env: dict[str, str]) -> tuple[float, int]:
 
 
 def timed_command(path, env: dict[str, str]) -> tuple[float, int]:
-    """ansible-playbook PATH as the README runs it: (seconds, changes in its PLAY RECAP)."""
+    """ansible-playbook PATH against the lab as the README runs it: (seconds, changes in its PLAY RECAP)."""
     start = time.monotonic()
+    inventory = labmod.INVENTORY / "hosts.yml"
     done = subprocess.run(
-        [str(labmod.ROOT / ".venv" / "bin" / "ansible-playbook"), str(path)],
+        [str(labmod.ROOT / ".venv" / "bin" / "ansible-playbook"), "-i", str(inventory), str(path)],
         cwd=labmod.ROOT,
         env={**os.environ, **env},
         capture_output=True,

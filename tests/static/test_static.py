@@ -61,7 +61,7 @@ def test_ruff_format():
     "playbook", ["site.yml", *sorted(p.relative_to(ROOT).as_posix() for p in ROOT.glob("playbooks/*.yml"))]
 )
 def test_syntax_check(playbook):
-    run("ansible-playbook", "--syntax-check", playbook)
+    run("ansible-playbook", "-i", "inventory/lab/hosts.yml", "--syntax-check", playbook)
 
 
 @pytest.mark.parametrize("module", [f"{name}.py" for name in MODULES])
