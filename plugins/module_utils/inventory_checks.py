@@ -3,14 +3,18 @@
 The validation play (playbooks/preflight.yml, action ``inferhost_preflight``) hands this module what the
 run will touch: each host's variables (as a ``HostView``), the roles each host will run and their argument
 specs. It returns ``Problem`` objects, each naming the variable, the inventory file it comes from, what was
-given, what was expected and one fix that is itself valid. Three kinds of checks:
+given, what was expected and one fix that is itself valid. Four kinds of checks:
 
 * every role's argument spec, applied up front to the variables each host sets for the roles it runs;
+* the YAML traps that argument spec lets through, converting them without a word: a string where a list is
+  meant, a number where a string is meant (3.10 unquoted is 3.1), a partial mapping of an option whose keys all
+  have defaults (``check_yaml_traps``);
 * every variable with a role's prefix (or the project's ``inferhost_``) that nothing declares: refused,
   with the closest known name (or, for a name the roles read no more, the one that replaced it: ``RENAMED``),
   since Ansible itself ignores a misspelt variable without a word;
 * the cross-checks no single role can make (GPU addresses against each other and the host's published
-  inventory, service GPU lists against the host's GPUs, the guest's driver against the host's pin), and
+  inventory, service GPU lists against the host's GPUs, the guest's driver against the host's pin, a
+  service's environment against the guest's environments, a build's cuda_home against its toolkits), and
   the value checks the roles' own preflight tasks make, hoisted here so that they stop the run before the
   first change instead of after earlier roles have run.
 
@@ -111,6 +115,7 @@ SECRET_SHOWN = "(secret)"
 PCI_ADDRESS = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[01][0-9a-f]\.[0-7]$")
 DRIVER_VERSION = re.compile(r"^[0-9]{3}\.[0-9]{2,3}\.[0-9]{2,3}$")
 CUDA_VERSION = re.compile(r"^[0-9]+\.[0-9]+$")
+CAPABILITY = re.compile(r"^[0-9]+\.[0-9]$")
 SHORT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 NCCL_NAME = re.compile(r"^NCCL_[A-Z0-9_]+$")
 NCCL_VALUE = re.compile(r"^[A-Za-z0-9_.,:;^=+/-]+$")
@@ -474,6 +479,7 @@ class Checker:
             if (problem.variable, problem.expected, problem.given) == (variable, expected, given):
                 if host not in problem.hosts:
                     problem.hosts.append(host)
+                self._reported.add((host, root))
                 return
         view = self.views.get(host)
         file = self.files.file_of(root, host, sorted(view.groups, reverse=True)) if self.files and view else None
@@ -521,6 +527,8 @@ class Checker:
             self.check_guest(host)
             self.check_role_values(host)
             self.check_services(host)
+            # Last: a variable (or a path inside one) that a check above named already is not named again.
+            self.check_yaml_traps(host)
         return self.problems
 
     def check_unknown(self, host):
@@ -574,6 +582,113 @@ class Checker:
                     message = message.replace(secret, SECRET_SHOWN)
                 expected, fix = self._spec_words(name, option, message)
                 self.refuse(host, name, self.shown(params.get(name, UNSET), name), expected, fix)
+
+    def check_yaml_traps(self, host):
+        """What Ansible's argument spec check converts without a word, for every option of the roles the host runs
+        (and the options inside list entries and mappings): a string where a list is meant (split at its commas),
+        a number where a string is meant (3.10 unquoted is the number 3.1, turned into "3.1"), and a mapping that
+        gives some of the keys of an option whose keys all have documented defaults (the role reads every key of
+        the mapping it is given, and fails on the missing ones after earlier tasks have changed the host)."""
+        for role in self.roles.get(host, []):
+            for name, option in (self.specs.get(role) or {}).items():
+                if name in self.provided or not isinstance(option, dict):
+                    continue
+                value = self.value(host, name)
+                if value is not UNSET and not self._from_refused(host, name):
+                    self._trap(host, name, name, name, option, value)
+
+    def _trap(self, host, root, label, key, option, value):  # noqa: PLR0913, PLR0917 - where, and what
+        """The traps of one value against its option; label is the path to it, key the name a fix writes."""
+        if self._named(host, root, label) or is_secret_name(key):
+            return  # a secret's fix would show its value; the argument spec check still applies to it
+        kind = option.get("type", "str")
+        if kind == "list" and isinstance(value, str):
+            items = [i.strip() for i in value.split(",") if i.strip()]
+            if option.get("elements") == "int":
+                items = [int(i) if _int_like(i) else i for i in items]
+            self.refuse(
+                host,
+                label,
+                f"{self.shown(value, key)} (a string)",
+                f"a YAML list{_of_elements(option)}: a string is not a list (Ansible's list type splits it at its "
+                "commas without a word)",
+                self._masked(f"{key}: {_flow(items)}"),
+                root=root,
+            )
+        elif kind == "list" and isinstance(value, list):
+            if option.get("elements") == "str" and any(isinstance(i, float) for i in value):
+                self.refuse(
+                    host,
+                    label,
+                    self.shown(value, key),
+                    "a list of quoted strings: unquoted, YAML reads 12.10 as the number 12.1",
+                    self._masked(f"{key}: {json.dumps([str(i) if isinstance(i, float) else i for i in value])}"),
+                    root=root,
+                )
+            elif option.get("elements") == "dict" and option.get("options"):
+                for index, entry in enumerate(value):
+                    if isinstance(entry, dict):
+                        self._trap_entries(host, root, f"{label}[{index}]", option["options"], entry)
+        elif kind == "dict" and isinstance(value, dict) and option.get("options"):
+            suboptions = option["options"]
+            missing = [k for k in suboptions if k not in value]
+            documented = all(
+                isinstance(sub, dict) and sub.get("default") is not None and not sub.get("required")
+                for sub in suboptions.values()
+            )
+            if missing and documented:
+                whole = {k: value.get(k, sub["default"]) for k, sub in suboptions.items()}
+                whole.update({k: v for k, v in value.items() if k not in whole})
+                self.refuse(
+                    host,
+                    label,
+                    self.shown(value, key),
+                    f"every key of the mapping ({', '.join(suboptions)}); {', '.join(missing)} missing: the role "
+                    "reads each key and does not fill a partial mapping from its defaults",
+                    self._masked(f"{key}: {_flow(mask(whole))}"),
+                    root=root,
+                )
+                return
+            self._trap_entries(host, root, label, suboptions, value)
+        elif kind == "str" and isinstance(value, float):
+            self.refuse(
+                host,
+                label,
+                f"{self.shown(value, key)} (a number)",
+                'a quoted string: YAML reads an unquoted 3.10 as the number 3.1, and Ansible passes it on as "3.1"',
+                f'{key}: "{value}" (quoted, with every digit meant)',
+                root=root,
+            )
+
+    def _masked(self, text):
+        """A fix that writes given values, with any secret value of the inventory in it replaced."""
+        for secret in self.secrets:
+            text = text.replace(secret, SECRET_SHOWN)
+        return text
+
+    def _trap_entries(self, host, root, label, suboptions, entry):
+        for key, sub in suboptions.items():
+            if key in entry and isinstance(sub, dict):
+                self._trap(host, root, f"{label}.{key}", key, sub, entry[key])
+
+    def _from_refused(self, host, name):
+        """Whether name's value is a template that reads a variable refused already (the problem is named there:
+        inferhost_cuda_versions, not the cuda_toolkit_versions that the inventory wires from it)."""
+        raw = self.views[host].raw(name)
+        if not (isinstance(raw, str) and "{{" in raw):
+            return False
+        return any(h == host and re.search(rf"\b{re.escape(r)}\b", raw) for h, r in self._reported)
+
+    def _named(self, host, root, label):
+        """Whether a problem names label (or a path that holds it) for host already, or its template failed."""
+        if (host, root) in self._failed:
+            return True
+        for problem in self.problems:
+            if host in problem.hosts and (
+                problem.variable == label or label.startswith((problem.variable + "[", problem.variable + "."))
+            ):
+                return True
+        return False
 
     @staticmethod
     def _spec_words(name, option, message):
@@ -688,6 +803,17 @@ class Checker:
                     "the PCI address of the GPU's first function, such as 0000:01:00.0 (lower-case hex)",
                     f"copy the address from `lspci -D -d 10de:` on {host}",
                 )
+            elif not address.endswith(".0"):
+                # An audio (or other) function of the GPU: the roles bind and move every function of the device
+                # named by its function 0.
+                first = address[:-1] + "0"
+                listed = [i for i, g in enumerate(gpus) if str(g.get("address", "")) == first]
+                wrong = (
+                    self.shown(address),
+                    f"the GPU's function 0 ({first}): a GPU is named by its first function, and its audio and "
+                    "other functions come along with it",
+                    f"remove entry {index} (entry {listed[0]} names the GPU)" if listed else f'address: "{first}"',
+                )
             elif address in seen:
                 wrong = (
                     self.shown(address),
@@ -791,6 +917,13 @@ class Checker:
                     wrong = ("a PCI address such as 0000:01:00.0", "copy it from `lspci -D -d 10de:`")
                 elif address in seen:
                     wrong = ("each GPU once", f"remove entry {index} of {name}")
+                elif not inventory and not address.endswith(".0"):
+                    # With inferhost_gpus, an address that is not function 0 is refused there, by the name the
+                    # user wrote.
+                    wrong = (
+                        f"the GPU's function 0 ({address[:-1]}0); its audio and other functions come along with it",
+                        f"write {address[:-1]}0 in {name}",
+                    )
                 elif inventory and address not in inventory:
                     wrong = (
                         f"one of the host's GPUs in inferhost_gpus ({', '.join(inventory)})",
@@ -880,6 +1013,7 @@ class Checker:
         self._positive(host, "source_build_timeout", 1, 36000, "seconds a build may take")
         self._positive(host, "source_build_poll_interval", 1, 60, "seconds between progress lines")
         builds = self._entries(host, "source_build_builds")
+        homes = self._toolkit_homes(host)
         for label, build in builds:
             name = build.get("name")
             rules = [
@@ -922,6 +1056,7 @@ class Checker:
                 ),
             ]
             self._fields(host, "source_build_builds", label, build, rules)
+            self._cuda_home(host, label, build.get("cuda_home"), homes)
             for pindex, patch in enumerate(build.get("patches") or []):
                 if isinstance(patch, dict) and "diff" not in patch:
                     self.refuse(
@@ -933,6 +1068,38 @@ class Checker:
                         root="source_build_builds",
                     )
         self._unique(host, "source_build_builds", [build.get("name") for _, build in builds], "name")
+
+    def _toolkit_homes(self, host):
+        """The CUDA homes role cuda_toolkit makes on the guest (/usr/local/cuda-X.Y, and /usr/local/cuda with a
+        default), or None when the guest runs no cuda_toolkit or its versions are refused already."""
+        if "cuda_toolkit" not in self.roles.get(host, []):
+            return None
+        spec = (self.specs.get("cuda_toolkit") or {}).get("cuda_toolkit_versions") or {}
+        versions = self.value(host, "cuda_toolkit_versions", spec.get("default", []))
+        if not isinstance(versions, list) or not all(isinstance(v, str) and CUDA_VERSION.match(v) for v in versions):
+            return None
+        homes = [f"/usr/local/cuda-{v}" for v in versions]
+        spec = (self.specs.get("cuda_toolkit") or {}).get("cuda_toolkit_default") or {}
+        if self.value(host, "cuda_toolkit_default", spec.get("default", "")) not in (UNSET, "", None):
+            homes.append("/usr/local/cuda")
+        return homes
+
+    def _cuda_home(self, host, label, cuda_home, homes):
+        """A build's cuda_home is the home of a toolkit the guest installs (or none: the build finds its own)."""
+        if homes is None or not isinstance(cuda_home, str) or not cuda_home.startswith("/"):
+            return
+        if cuda_home.rstrip("/") in homes:
+            return
+        close = difflib.get_close_matches(cuda_home, homes, n=1, cutoff=0.0)
+        self.refuse(
+            host,
+            f"{label}.cuda_home",
+            self.shown(cuda_home),
+            f"the home of a CUDA toolkit this guest installs ({', '.join(homes) or 'none'}: cuda_toolkit_versions "
+            "and its default); to build with another, add its X.Y to the toolkits",
+            f"cuda_home: {close[0]}" if close else 'cuda_home: ""',
+            root="source_build_builds",
+        )
 
     def _unique(self, host, name, values, key):
         seen = set()
@@ -988,6 +1155,19 @@ class Checker:
                 ),
             ]
             self._fields(host, "python_env_environments", label, env, rules)
+            python = env.get("python", UNSET)
+            if python is not UNSET and not isinstance(python, str):
+                # Ansible's str type turns the number into its text: 3.10 unquoted reaches uv as 3.1.
+                meant = "3.12" if isinstance(python, (bool, dict, list)) or python is None else str(python)
+                meant = "3.10" if meant == "3.1" else meant
+                self.refuse(
+                    host,
+                    f"{label}.python",
+                    f"{self.shown(python)} ({_kind(python)})",
+                    "a quoted Python version (or an interpreter path): unquoted, YAML reads 3.10 as the number 3.1",
+                    f'python: "{meant}"',
+                    root="python_env_environments",
+                )
             steps = env.get("steps") or []
             if not steps or any(not (isinstance(s, dict) and s.get("packages")) for s in steps):
                 self.refuse(
@@ -1163,11 +1343,13 @@ class Checker:
     def check_services(self, host):
         if "inference_service" not in self.roles.get(host, []):
             return
+        self._check_capability(host)
         services = self.value(host, "inference_service_services", [])
         active = self.value(host, "inference_service_active", "")
         if not isinstance(services, list):
             return
         count = self._gpu_count(host)
+        environments = self._environment_paths(host)
         names = []
         for index, service in enumerate(services):
             if not isinstance(service, dict):
@@ -1184,6 +1366,19 @@ class Checker:
                     self.shown(gpus if gpus is not None else UNSET),
                     "a YAML list of GPU indices (integers), such as [0, 1]; a string is not a list",
                     f"gpus: {json.dumps(example)}",
+                    root="inference_service_services",
+                )
+                continue
+            environment = service.get("environment")
+            if environments and isinstance(environment, str) and environment.rstrip("/") not in environments:
+                close = difflib.get_close_matches(environment, environments, n=1, cutoff=0.0)
+                self.refuse(
+                    host,
+                    f"{label}.environment",
+                    self.shown(environment),
+                    f"the path of one of python_env_environments ({', '.join(environments)}): the environments "
+                    "this guest builds",
+                    f"environment: {close[0]}",
                     root="inference_service_services",
                 )
                 continue
@@ -1216,6 +1411,47 @@ class Checker:
                 f'the name of one of inference_service_services ({", ".join(str(n) for n in names) or "none"}) or ""',
                 f"inference_service_active: {close[0]}" if close else 'inference_service_active: ""',
             )
+
+    def _environment_paths(self, host):
+        """The paths of the guest's Python environments, when it declares any.
+
+        Only then: a guest may run a service from an environment made outside role python_env, as the lab
+        does (its stand-in engine's /opt/venvs/standin, with python_env_environments: []); the role itself
+        checks on the guest that the environment exists."""
+        envs = self.value(host, "python_env_environments", [])
+        if not isinstance(envs, list):
+            return []
+        return [str(e["path"]).rstrip("/") for e in envs if isinstance(e, dict) and isinstance(e.get("path"), str)]
+
+    def _check_capability(self, host):
+        """The compute capability is the quoted X.Y the known-bad rules compare with ("12.0"); any other form
+        ("120", the number 12.0) matches none of them and switches every rule for the GPU off without a word."""
+        hardware = self.value(host, "inference_service_hardware", {})
+        if not isinstance(hardware, dict) or "compute_capability" not in hardware:
+            return
+        capability = hardware["compute_capability"]
+        if isinstance(capability, str) and CAPABILITY.match(capability):
+            return
+        text = str(capability)
+        digits = re.fullmatch(r"(?:sm_?)?([0-9]{1,3})", text, re.I)
+        meant = "12.0"
+        if isinstance(capability, bool) or not isinstance(capability, (str, int, float)):
+            pass
+        elif isinstance(capability, float):
+            meant = text
+        elif digits and (len(digits.group(1)) == 3 or int(digits.group(1)) >= 50):
+            meant = f"{digits.group(1)[:-1]}.{digits.group(1)[-1]}"  # sm_120 -> 12.0, sm_89 -> 8.9
+        elif digits:
+            meant = f"{int(digits.group(1))}.0"  # a major alone: 12 -> 12.0
+        self.refuse(
+            host,
+            "inference_service_hardware.compute_capability",
+            f"{self.shown(capability)} ({_kind(capability)})",
+            'the compute capability as a quoted "X.Y" such as "12.0" (major.minor, as nvidia-smi --query-gpu='
+            "compute_cap shows it): the known-bad rules compare with that form",
+            f'compute_capability: "{meant}"',
+            root="inference_service_hardware",
+        )
 
     def _gpu_count(self, host):
         """The GPUs a guest's services may index: its Proxmox host's inventory, else the hardware's gpu_count."""
@@ -1265,6 +1501,18 @@ def _kind(value) -> str:
         if isinstance(value, kind):
             return words
     return type(value).__name__
+
+
+def _of_elements(option) -> str:
+    words = {"str": "strings", "int": "integers", "dict": "mappings", "path": "paths", "bool": "true/false values"}
+    elements = option.get("elements")
+    return f" of {words.get(elements, elements + 's')}" if elements else ""
+
+
+def _flow(value) -> str:
+    """A value as one line of YAML (flow style), to write after a variable's name in a fix."""
+    plain = json.loads(json.dumps(value, default=str))
+    return yaml.safe_dump(plain, default_flow_style=True, sort_keys=False, width=1 << 16).strip()
 
 
 def _int_like(value) -> bool:

@@ -59,6 +59,8 @@ class Case:
     names: str  # what the refusal must name: the variable, or file:line for broken YAML
     playbook: str = "site.yml"
     extra: list[str] = field(default_factory=list)
+    # Changes to other files of the copy that the mistake needs around it: {file: change}.
+    also: dict = field(default_factory=dict)
 
 
 def put(key, value):
@@ -118,6 +120,14 @@ BUILD_ENTRY = {
     "gb_per_thread": 5,
 }
 ENV_ENTRY = {"name": "sglang", "path": "/opt/venvs/sglang", "python": "3.12", "steps": [{"packages": ["sglang"]}]}
+# A whole environment: the lab's guests declare none (python_env_environments: []), and the rules that compare
+# a service's environment with the guest's environments hold only where the guest declares some.
+STANDIN_ENV = {
+    **ENV_ENTRY,
+    "name": "standin",
+    "path": "/opt/venvs/standin",
+    "steps": [{"name": "engine", "packages": ["vllm"]}],
+}
 
 CASES = [
     # Misspelt or undeclared names: Ansible would ignore them without a word.
@@ -156,6 +166,11 @@ CASES = [
     Case("python-env-audit-choice", PYENV, put("python_env_audit", "maybe"), "python_env_audit"),
     Case("cuda-default-not-listed", CUDA, lambda d: d.update(cuda_toolkit_versions=["12.8"], cuda_toolkit_default="12.4"), "cuda_toolkit_default"),
     Case("cuda-versions-unquoted", VERSIONS, put("inferhost_cuda_versions", [12.8, 13.0]), "inferhost_cuda_versions"),
+    Case("service-environment-typo", SERVICE, service(environment="/opt/venvs/standn"), "inference_service_services[0].environment",
+         also={PYENV: put("python_env_environments", [STANDIN_ENV])}),  # fmt: skip
+    Case("build-cuda-home-not-installed", BUILD, put("source_build_builds", [{**BUILD_ENTRY, "cuda_home": "/usr/local/cuda-12.4"}]), "source_build_builds[0].cuda_home"),
+    Case("python-version-float", PYENV, put("python_env_environments", [{**STANDIN_ENV, "python": 3.10}]), "python_env_environments[0].python"),
+    Case("capability-without-dot", SERVICE, lambda d: d["inference_service_hardware"].update(compute_capability="120"), "inference_service_hardware.compute_capability"),
     # Versions, addresses, guests.
     Case("driver-version-short", VERSIONS, put("inferhost_nvidia_driver_version", "590.48"), "inferhost_nvidia_driver_version"),
     Case("guest-driver-not-the-hosts", USERSPACE, put("nvidia_userspace_version", "580.65.06"), "nvidia_userspace_version"),
@@ -163,6 +178,7 @@ CASES = [
     Case("gpu-address-twice", HARDWARE, gpu(1, address="0000:01:00.0"), "inferhost_gpus[1].address"),
     Case("gpu-address-malformed", HARDWARE, gpu(0, address="01:00"), "inferhost_gpus[0].address"),
     Case("gpu-numa-node", HARDWARE, gpu(2, numa_node="zero"), "inferhost_gpus[2].numa_node"),
+    Case("gpu-audio-function", HARDWARE, gpu(0, address="0000:01:00.1"), "inferhost_gpus[0].address"),
     Case("swap-as-word", HARDWARE, put("inferhost_host_has_swap", "no"), "inferhost_host_has_swap"),
     Case("cpu-vendor", HARDWARE, put("inferhost_cpu_vendor", "arm"), "inferhost_cpu_vendor"),
     Case("pve-host-unknown", GUEST, put("inferhost_pve_host", "lab-pv"), "inferhost_pve_host"),
@@ -174,11 +190,13 @@ CASES = [
     Case("switch-gpu-not-on-host", SWITCH, put("gpu_switch_gpus", ["0000:01:00.0", "0000:09:00.0"]), "gpu_switch_gpus[1]"),
     Case("switch-gpu-twice", SWITCH, put("gpu_switch_gpus", ["0000:01:00.0", "0000:01:00.0"]), "gpu_switch_gpus[1]"),
     Case("switch-timeouts-type", SWITCH, put("gpu_switch_timeouts", "fast"), "gpu_switch_timeouts"),
+    Case("switch-timeouts-partial", SWITCH, put("gpu_switch_timeouts", {"shutdown": 300}), "gpu_switch_timeouts"),
     Case("api-user-not-root", API, put("pve_api_user", "admin@pve"), "pve_api_user"),
     Case("api-node-missing", API, lambda d: d.pop("pve_api_node"), "pve_api_node"),
     Case("vm-gpu-unknown", GUEST_GPU, lambda d: d["pve_guest_gpu_vms"][0].update(gpus=["0000:42:00.0"]), "pve_guest_gpu_vms[0].gpus"),
     Case("ct-vmid-invalid", GUEST_GPU, lambda d: d["pve_guest_gpu_containers"][0].update(vmid=5), "pve_guest_gpu_containers[0].vmid"),
     Case("bootloader-choice", HOST_GPU, put("pve_host_gpu_bootloader", "lilo"), "pve_host_gpu_bootloader"),
+    Case("kernel-args-string", HOST_GPU, put("pve_host_gpu_kernel_args_extra", "pcie_aspm=off"), "pve_host_gpu_kernel_args_extra"),
     Case("module-option-name", HOST_GPU, put("pve_host_gpu_module_options", {"nvidia_uvm": {"uvm disable hmm": 1}}), "pve_host_gpu_module_options.nvidia_uvm"),
     # Broken YAML: the file and the line.
     Case("yaml-flow", BUILD, "---\nsource_build_max_jobs: [20\nsource_build_builds: []\n", f"{BUILD}:3"),
@@ -200,13 +218,14 @@ def _copy_inventory(target: Path, case: Case) -> Path:
     services = yaml.safe_load((inventory / SERVICE).read_text())
     services["inference_service_api_key"] = API_KEY
     (inventory / SERVICE).write_text(yaml.safe_dump(services, sort_keys=False))
-    path = inventory / case.file
-    if isinstance(case.change, str):
-        path.write_text(case.change)
-    else:
-        data = yaml.safe_load(path.read_text())
-        case.change(data)
-        path.write_text(yaml.safe_dump(data, sort_keys=False))
+    for file, change in [*case.also.items(), (case.file, case.change)]:
+        path = inventory / file
+        if isinstance(change, str):
+            path.write_text(change)
+        else:
+            data = yaml.safe_load(path.read_text())
+            change(data)
+            path.write_text(yaml.safe_dump(data, sort_keys=False))
     # ansible_dir-relative paths of inventory/lab (the lab's SSH key) point at this copy's parent.
     return inventory
 
@@ -274,6 +293,30 @@ def test_a_string_for_the_gpus_is_named_as_such(runs):
     assert "a string is not a list" in out
     out = runs["gpus-as-string"]["output"]
     assert "inferhost_gpus" in out and "a string" in out and "has no attribute 'address'" not in out
+
+
+@pytest.mark.parametrize(
+    ("case", "fix"),
+    [
+        ("kernel-args-string", "Fix: pve_host_gpu_kernel_args_extra: [pcie_aspm=off]."),
+        (
+            "switch-timeouts-partial",
+            "Fix: gpu_switch_timeouts: {shutdown: 300, task: 600, sysfs_write: 15, command: 60}.",
+        ),
+        ("python-version-float", 'Fix: python: "3.10".'),
+        ("capability-without-dot", 'Fix: compute_capability: "12.0".'),
+        ("gpu-audio-function", 'Fix: address: "0000:01:00.0".'),
+        ("service-environment-typo", "Fix: environment: /opt/venvs/standin."),
+        ("build-cuda-home-not-installed", "Fix: cuda_home: /usr/local/cuda-"),
+    ],
+)
+def test_a_yaml_trap_or_a_cross_reference_is_refused_with_the_line_to_write(runs, case, fix):
+    """The mistakes Ansible would take without a word (its argument spec check converts them) or that the roles
+    would refuse only after earlier roles had changed the guest: the one problem names the variable the user
+    wrote and gives the line to write."""
+    out = runs[case]["output"]
+    assert "The inventory has 1 problem;" in out, out[-3000:]
+    assert fix in out, out[-3000:]
 
 
 def test_the_unmodified_lab_inventory_passes(tmp_path):

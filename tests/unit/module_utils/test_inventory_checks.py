@@ -317,3 +317,106 @@ def test_a_rule_bounded_by_engine_version_waits_for_the_version():
     found = only(with_version("0.5.9"))
     assert found.variable == "inference_service_services[0].known_bad"
     assert "bad up to 0.5.9" in found.given and found.fix == "args: {attention-backend: triton}"
+
+
+# What Ansible's argument spec check converts without a word, and the cross references the roles check late.
+
+
+def test_a_string_where_a_list_is_meant_is_refused_with_the_list_to_write():
+    found = only(problems(pve={"pve_host_gpu_kernel_args_extra": "pcie_aspm=off"}, targets=["pve"]))
+    assert found.variable == "pve_host_gpu_kernel_args_extra" and "a string is not a list" in found.expected
+    assert found.fix == "pve_host_gpu_kernel_args_extra: [pcie_aspm=off]"
+    assert problems(pve={"pve_host_gpu_kernel_args_extra": ["pcie_aspm=off"]}, targets=["pve"]) == []
+
+
+def test_a_string_where_a_list_is_meant_inside_an_entry_is_refused_by_its_path():
+    env = {"name": "a", "path": "/opt/venvs/a", "python": "3.12", "steps": [{"name": "s", "packages": "torch,einops"}]}
+    found = only(problems(ct={"python_env_environments": [env]}, targets=["ct"]))
+    assert found.variable == "python_env_environments[0].steps[0].packages"
+    assert found.fix == "packages: [torch, einops]"
+
+
+@pytest.mark.parametrize(("python", "fix"), [(3.1, 'python: "3.10"'), (3.12, 'python: "3.12"'), (3, 'python: "3"')])
+def test_a_python_version_that_is_not_a_string_is_refused(python, fix):
+    env = {"name": "a", "path": "/opt/venvs/a", "python": python, "steps": [{"name": "s", "packages": ["torch"]}]}
+    found = only(problems(ct={"python_env_environments": [env]}, targets=["ct"]))
+    assert found.variable == "python_env_environments[0].python" and found.fix == fix
+
+
+def test_a_number_where_a_string_is_meant_is_refused():
+    settings = [{"name": "NCCL_MIN_NCHANNELS", "value": 1.10, "reason": "measured"}]
+    found = only(problems(ct={"nccl_tuning_settings": settings}, targets=["ct"]))
+    assert found.variable == "nccl_tuning_settings[0].value" and found.fix.startswith('value: "1.1"')
+
+
+def test_a_partial_mapping_of_an_option_with_defaults_is_refused_with_the_whole_mapping():
+    found = only(problems(pve={"gpu_switch_timeouts": {"shutdown": 300}}, targets=["pve"]))
+    assert found.variable == "gpu_switch_timeouts" and "task, sysfs_write, command missing" in found.expected
+    assert found.fix == "gpu_switch_timeouts: {shutdown: 300, task: 600, sysfs_write: 15, command: 60}"
+    whole = {"shutdown": 300, "task": 600, "sysfs_write": 15, "command": 60}
+    assert problems(pve={"gpu_switch_timeouts": whole}, targets=["pve"]) == []
+
+
+def test_a_value_wired_from_a_refused_variable_is_not_named_again():
+    values = {"inferhost_cpu_vendor": 1.5, "pve_host_gpu_cpu_vendor": 1.5, **PVE, "pve_api_password": "x"}
+    views = {
+        "pve": checks.HostView(
+            "pve",
+            values,
+            values.get,
+            ["pve_hosts"],
+            raw=lambda n: "{{ inferhost_cpu_vendor }}" if n == "pve_host_gpu_cpu_vendor" else values.get(n),
+        )
+    }
+    found = checks.Checker(views, ["pve"], ROLE_MAP, SPECS, DECLARED).run()
+    assert [p.variable for p in found] == ["inferhost_cpu_vendor"]
+
+
+@pytest.mark.parametrize(
+    ("capability", "fix"),
+    [("120", '"12.0"'), (12.0, '"12.0"'), (12, '"12.0"'), ("sm_89", '"8.9"'), ("twelve", '"12.0"')],
+)
+def test_a_compute_capability_is_a_quoted_major_minor(capability, fix):
+    found = only(problems(ct={"inference_service_hardware": {"compute_capability": capability}}, targets=["ct"]))
+    assert found.variable == "inference_service_hardware.compute_capability"
+    assert found.fix == f"compute_capability: {fix}"
+    assert problems(ct={"inference_service_hardware": {"compute_capability": "12.0"}}, targets=["ct"]) == []
+
+
+def test_a_gpu_is_named_by_its_function_zero():
+    gpus = [{"address": "0000:01:00.1", "numa_node": 0}, *GPUS[1:]]
+    # The other roles' addresses are wired from inferhost_gpus, as in the inventories: only the data is named.
+    wired = [g["address"] for g in gpus]
+    found = only(problems(pve={"inferhost_gpus": gpus, "gpu_switch_gpus": wired}, targets=["pve"]))
+    assert found.variable == "inferhost_gpus[0].address" and "audio" in found.expected
+    assert found.fix == 'address: "0000:01:00.0"'
+    found = only(problems(pve={"inferhost_gpus": [*GPUS, {"address": "0000:01:00.1"}]}, targets=["pve"]))
+    assert found.variable == "inferhost_gpus[8].address" and found.fix == "remove entry 8 (entry 0 names the GPU)"
+
+
+def test_a_service_environment_is_one_of_the_guests_environments_when_it_declares_any():
+    env = {"name": "a", "path": "/opt/venvs/a", "python": "3.12", "steps": [{"name": "s", "packages": ["torch"]}]}
+    typo = {"inference_service_services": [service(environment="/opt/venv/a")]}
+    # No environments declared (the lab's stand-in engine has one made outside python_env): not checked.
+    assert problems(ct=typo, targets=["ct"]) == []
+    found = only(problems(ct={**typo, "python_env_environments": [env]}, targets=["ct"]))
+    assert found.variable == "inference_service_services[0].environment"
+    assert found.fix == "environment: /opt/venvs/a"
+    assert problems(ct={"inference_service_services": [service()], "python_env_environments": [env]}) == []
+
+
+@pytest.mark.parametrize(
+    ("cuda_home", "default", "refused"),
+    [
+        ("/usr/local/cuda-13.0", "13.0", False),
+        ("/usr/local/cuda", "13.0", False),
+        ("/usr/local/cuda", "", True),
+        ("/usr/local/cuda-12.4", "13.0", True),
+        ("", "13.0", False),
+    ],
+)
+def test_a_build_cuda_home_is_a_toolkit_the_guest_installs(cuda_home, default, refused):
+    build = {"name": "fa", "target": "/opt/venvs/a", "gb_per_thread": 5, "cuda_home": cuda_home}
+    ct = {"source_build_builds": [build], "cuda_toolkit_versions": ["12.8", "13.0"], "cuda_toolkit_default": default}
+    found = problems(ct=ct, targets=["ct"])
+    assert [p.variable for p in found] == (["source_build_builds[0].cuda_home"] if refused else [])
