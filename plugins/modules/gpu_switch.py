@@ -6,10 +6,11 @@ from __future__ import annotations
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
 try:
-    from ansible.module_utils.gpu_switch.cli import failure, run
+    from ansible.module_utils.gpu_switch.command import failure, run
     from ansible.module_utils.gpu_switch.config import load_config
     from ansible.module_utils.gpu_switch.errors import GpuSwitchError
-    from ansible.module_utils.gpu_switch.switch import Switcher, drivers_view
+    from ansible.module_utils.gpu_switch.outcome import drivers_view
+    from ansible.module_utils.gpu_switch.switch import Switcher
 
     IMPORT_ERROR = None
 except ImportError as exc:  # PyYAML or proxmoxer missing on the host

@@ -33,8 +33,8 @@ MIRRORS = {
 SPANNING = {
     "gpu_switch/test_pve_entries.py": "the API client's task waiting and retries (pve.py) and the hostpciN and "
     "devN grammar (entries.py) that gpu-switch sends through it",
-    "gpu_switch/test_recover.py": "the crash matrix: a move (switch.py, rebind.py, journal.py) dies after each "
-    "step in turn, then recover (cli.py) must leave every function on one driver",
+    "gpu_switch/test_recover.py": "the crash matrix: a move (execute.py, rebind.py, journal.py) dies after each "
+    "step in turn, then recover (recovery.py, through cli.py) must leave every function on one driver",
     "gpu_switch/test_role_schema.py": "the gpu_switch role and config.py's schema held to each other",
     "gpu_switch/test_sysfs.py": "sysfs read and written: pci.py, rebind.py and writer.py against the simulated kernel",
     "modules/test_inference_modules.py": "inference_service_plan and inference_checkpoint_edit, the modules around "

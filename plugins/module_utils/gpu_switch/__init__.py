@@ -17,7 +17,8 @@ from .errors import (
     Refused,
     WriteTimeout,
 )
-from .switch import Outcome, Switcher
+from .outcome import Outcome
+from .switch import Switcher
 
 __all__ = [
     "EXIT_OK",

@@ -9,19 +9,23 @@ nothing else: the role validates the file it writes with it before it is put in 
 Exit 0: done, or nothing to do. 1: the move failed (or was refused) and the GPUs are where they were.
 2: bad configuration or usage. 3: the move failed and could not be fully rolled back. Every failure ends
 with one line, on stderr, that says why.
+
+This file only parses the arguments and hands them to the facade (``switch.Switcher``); running the command and
+printing its answer are ``command.py``'s.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import json
 import os
 import sys
 
-from .config import DEFAULT_PATH, load_config
-from .errors import EXIT_STRANDED, EXIT_USAGE, ConfigError, GpuSwitchError
-from .switch import Outcome, Switcher, _reason
+from .command import answer, check_config, failure, outcome_of, render, run
+from .config import DEFAULT_PATH
+from .switch import Switcher
+
+# run, failure, render and check_config live in command.py; the names stay here for the callers of cli.
+__all__ = ["COMMANDS", "check_config", "failure", "main", "parser", "render", "run"]
 
 COMMANDS = ("status", "to-vm", "to-ct", "recover", "check-config")
 
@@ -55,107 +59,21 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def run(command: str, switcher: Switcher, *, dry_run=False, force=False, timeout=None) -> Outcome:
-    """Run one command; every GpuSwitchError becomes an Outcome with its exit code and reason."""
-    try:
-        if command == "status":
-            return switcher.status()
-        if command == "recover":
-            return switcher.recover(dry_run=dry_run, force=force, shutdown_timeout=timeout)
-        return switcher.move(command[3:], dry_run=dry_run, force=force, shutdown_timeout=timeout)
-    except GpuSwitchError as exc:
-        return failure(command, exc, switcher)
-
-
-def failure(command: str, exc: GpuSwitchError, switcher: Switcher | None = None) -> Outcome:
-    """The result for a failure before any change: the current state where it can be read, and the reason."""
-    result: dict = {"command": command, "owner": "unknown", "gpus": [], "changed": False, "steps": []}
-    if switcher is not None and not isinstance(exc, ConfigError):
-        with contextlib.suppress(GpuSwitchError):
-            result.update(switcher.describe(switcher.read_state()))
-    stranded = exc.exit_code == EXIT_STRANDED
-    result.update(error=exc.reason, rolled_back=not stranded)
-    if getattr(switcher, "_holders", None):
-        result["holders"] = [h.as_dict() for h in switcher._holders]
-    prefix = "" if stranded or exc.exit_code == EXIT_USAGE else f"{command} refused, nothing was changed: "
-    return Outcome(result, exc.exit_code, prefix + exc.reason)
-
-
-def render(result: dict) -> str:
-    lines = [f"owner: {result.get('owner')}"]
-    for gpu in result.get("gpus", []):
-        functions = " ".join(f"{f['address']}={f['driver'] or 'unbound'}" for f in gpu["functions"])
-        lines.append(f"gpu {gpu['address']}  iommu group {gpu['iommu_group']}  numa {gpu['numa_node']}  {functions}")
-    for role in ("container", "vm"):
-        if role in result:
-            guest = result[role]
-            config = " ".join(f"{k}={v}" for k, v in guest.get("config", {}).items()) or "(no GPU entries)"
-            lines.append(f"{role} {guest['vmid']}: {guest['status']}  {config}")
-    if result.get("steps"):
-        lines.append("plan:" if result.get("dry_run") else "steps:")
-        for step in result["steps"]:
-            note = f"  ({step['note']})" if step.get("note") else ""
-            lines.append(f"  {step['state']:<11} {step['name']:<13} {step['detail']}{note}")
-    for holder in result.get("holders", []):
-        where = f" in CT {holder['container']}" if holder.get("container") is not None else ""
-        lines.append(f"holder: pid {holder['pid']} {holder['command']}{where} ({holder['path']})")
-    if result.get("needs_reboot"):
-        lines.append(f"needs host reboot: {', '.join(result['needs_reboot'])}")
-    if result.get("journal"):
-        lines.append(f"journal: {result['journal'].get('text')}")
-    if result.get("dry_run"):
-        lines.append("dry run: nothing was changed" + ("" if result.get("would_change") else "; nothing to do"))
-    elif "error" not in result and result.get("command"):
-        lines.append("done" if result.get("changed") else "nothing to do")
-    return "\n".join(lines)
-
-
-def check_config(path: str) -> Outcome:
-    """Read the file by the schema, as the command would but for the environment's roots (the file alone)."""
-    result = {"command": "check-config", "config": path, "changed": False}
-    try:
-        load_config(path, environ={})
-    except ConfigError as exc:
-        return Outcome({**result, "valid": False, "error": exc.reason}, exc.exit_code, exc.reason)
-    return Outcome({**result, "valid": True})
-
-
 def main(argv: list[str] | None = None, *, stdout=None, stderr=None, **switcher_kwargs) -> int:
-    stdout = stdout or sys.stdout
-    stderr = stderr or sys.stderr
     p = parser()
     args = p.parse_args(argv)
     if args.file and args.command != "check-config":
         p.error(f"FILE is for check-config only; {args.command} reads --config FILE")
-    path = args.config or os.environ.get("GPU_SWITCH_CONFIG") or DEFAULT_PATH
-    switcher = None
-    try:
-        if args.command == "check-config":
-            outcome = check_config(args.file or path)
-        else:
-            switcher = Switcher(load_config(path), **switcher_kwargs)
-            outcome = run(args.command, switcher, dry_run=args.dry_run, force=args.force, timeout=args.timeout)
-    except GpuSwitchError as exc:
-        outcome = failure(args.command, exc, switcher)
-    except Exception as exc:  # noqa: BLE001 - the contract: every failure ends with a one-line reason
-        outcome = Outcome(
-            {"command": args.command, "error": _reason(exc), "rolled_back": False},
-            EXIT_STRANDED,
-            f"{_reason(exc)}; check gpu-switch status",
-        )
-    if args.json:
-        json.dump(outcome.result, stdout, sort_keys=True)
-        stdout.write("\n")
-    elif args.command == "check-config":
-        if outcome.result.get("valid"):
-            stdout.write(f"{outcome.result['config']}: valid\n")
-    else:
-        stdout.write(render(outcome.result) + "\n")
-    stdout.flush()
-    if outcome.exit_code:
-        stderr.write(f"gpu-switch: {outcome.reason}\n")
-        stderr.flush()
-    return outcome.exit_code
+    outcome = outcome_of(
+        args.command,
+        args.config or os.environ.get("GPU_SWITCH_CONFIG") or DEFAULT_PATH,
+        lambda config: Switcher(config, **switcher_kwargs),
+        file=args.file,
+        dry_run=args.dry_run,
+        force=args.force,
+        timeout=args.timeout,
+    )
+    return answer(outcome, args.command, as_json=args.json, stdout=stdout or sys.stdout, stderr=stderr or sys.stderr)
 
 
 if __name__ == "__main__":  # pragma: no cover
