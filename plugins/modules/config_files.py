@@ -39,7 +39,7 @@ description:
     file whose directory does not exist is reported as one the task would create, and an owner or group that
     does not exist as one the task would set, since an earlier task of the run may create them.
   - A symbolic link at a file's path is replaced by the file, as M(ansible.builtin.copy) does by default.
-  - A directory with O(directories[].prune) is kept to what the task ships: after the files are written, every
+  - A directory with O(directories[].prune) is kept to what the task ships. After the files are written, every
     file in it or below it whose name matches the pattern and that O(files) does not list is removed (a module
     that an older release had must not stay importable).
 options:

@@ -72,8 +72,8 @@ problems:
   elements: str
 alternative:
   description:
-    - The group of O(alternative): C(value), the path its link points to now (null when none), and
-      C(priorities), the priority of each registered path. Empty when O(alternative) is empty.
+    - The group of O(alternative), with C(value) (the path its link points to now, null when none) and
+      C(priorities) (the priority of each registered path). Empty when O(alternative) is empty.
   returned: always
   type: dict
   sample: {value: /usr/local/cuda-13.0, priorities: {/usr/local/cuda-12.8: 128, /usr/local/cuda-13.0: 130}}
