@@ -18,8 +18,11 @@ short_description: Ask each service's engine, in its own environment, whether it
 description:
   - For every service, runs the Python of the service's virtual environment on a small script
     (C(module_utils/inference/engine_check.py)). The exact command line the unit will run goes through the
-    installed engine's own argument parser (C(vllm serve)'s, or SGLang's C(ServerArgs)), and the
-    checkpoint's C(config.json) C(architectures) are looked up in the engine's model registry.
+    installed engine's own argument parser (C(vllm serve)'s, or SGLang's C(ServerArgs)), then through the
+    engine's own checks of the parsed arguments that need no device and no checkpoint (vLLM's
+    C(validate_parsed_serve_args) and C(validate_api_server_args), and its reasoning parser registry; the
+    device-free steps of SGLang's C(ServerArgs)), and the checkpoint's C(config.json) C(architectures) are
+    looked up in the engine's model registry.
   - A refusal names the service, the argument or architecture, and the engine and its version. The play stops
     before any unit is written or restarted, so a running service keeps running.
   - Services of one environment are checked by one process. A verdict that passed is remembered in
@@ -28,7 +31,8 @@ description:
     run that changes none of them starts no engine. The cache is bookkeeping, not configuration; writing it
     is not reported as a change.
   - Without a GPU (the GPUs are with the VM, or the machine has none), vLLM's parser is run on its CPU
-    platform. Parsing only, nothing is loaded.
+    platform. Nothing is loaded; a parser plugin file named by the service (C(--tool-parser-plugin),
+    C(--reasoning-parser-plugin)) is imported, as the engine imports it before it checks the parser names.
 version_added: "0.2.0"
 author: inferhost contributors
 options:

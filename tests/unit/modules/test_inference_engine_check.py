@@ -4,12 +4,14 @@ The stand-in venv answers with the real releases' recorded parsers and registrie
 points the check asks of vLLM and SGLang, so these tests run the module and its checker unchanged.
 """
 
+import argparse
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from inference import engine_check
 from module_runner import load_module, run_module
 
 from inferhost.sim import ENGINE_DIR
@@ -88,6 +90,67 @@ def test_a_value_outside_the_engines_choices_and_an_unknown_architecture_are_ref
         f"q: architecture FalconForCausalLM is not in sglang {RECORDED['sglang']}'s model registry"
     )
     assert not (tmp_path / "c.json").exists() or json.loads((tmp_path / "c.json").read_text()) == {}
+
+
+def test_a_wrong_type_an_unknown_parser_name_and_a_refusal_after_parsing_are_refused_with_the_engines_message(
+    venv, tmp_path
+):
+    """The stand-in answers as the recorded releases do: their argument types, vLLM's parser registries, and
+    the engines' own checks after parsing (tests/engines asks the real ones the same)."""
+    auto_tools = ("--enable-auto-tool-choice", "--tool-call-parser")
+    services = [
+        vllm(venv, "type", "--max-num-seqs", "lots"),
+        vllm(venv, "tool", *auto_tools, "hermez"),
+        vllm(venv, "reasoning", "--reasoning-parser", "qwen4"),
+        vllm(venv, "tools", "--enable-auto-tool-choice"),
+        sglang(venv, "s-type", "--max-running-requests", "many"),
+        sglang(venv, "s-reasoning", "--reasoning-parser", "qwen4"),
+        sglang(venv, "s-conflict", "--enable-tokenizer-batch-encode", "--enable-dynamic-batch-tokenizer"),
+    ]
+    result = check(services, tmp_path / "c.json")
+    refused = dict(line.split(": ", 1) for line in result["msg"].splitlines())
+    assert list(refused) == [s["name"] for s in services]
+    engine = {"vllm": f"vllm {RECORDED['vllm']}", "sglang": f"sglang {RECORDED['sglang']}"}
+    expected = {
+        "type": "argument --max-num-seqs: invalid int value: 'lots'",
+        "tool": "invalid tool call parser: hermez (chose from { ",
+        "reasoning": "Reasoning parser 'qwen4' not found. Available parsers: ",
+        "tools": "Error: --enable-auto-tool-choice requires --tool-call-parser",
+        "s-type": "argument --max-running-requests: invalid int value: 'many'",
+        "s-reasoning": "argument --reasoning-parser: invalid choice: 'qwen4'",
+        "s-conflict": "Cannot enable both --enable-tokenizer-batch-encode and --enable-dynamic-batch-tokenizer",
+    }
+    for service in services:
+        line = refused[service["name"]]
+        assert line.startswith(f"{engine[service['engine']]} refuses its command line: {expected[service['name']]}")
+
+
+def test_a_parser_plugin_is_loaded_before_the_names_are_checked(venv, tmp_path):
+    plugin = ("--tool-parser-plugin", "/etc/inferhost/site_parser.py")
+    result = check(
+        [vllm(venv, "v", "--enable-auto-tool-choice", "--tool-call-parser", "site", *plugin)], tmp_path / "c"
+    )
+    assert not result.get("failed"), result
+
+
+def test_the_checkers_message_is_the_engines_whatever_it_raises():
+    parser = argparse.ArgumentParser(prog="engine")
+    parser.add_argument("--n", type=int)
+
+    def refuse(error):
+        def check_parsed(args):
+            raise error
+
+        return check_parsed
+
+    assert engine_check.check_args(parser, None, ["--n", "x"]) == "argument --n: invalid int value: 'x'"
+    assert engine_check.check_args(parser, refuse(KeyError("invalid tool call parser: x")), []) == (
+        "invalid tool call parser: x"
+    )
+    assert engine_check.check_args(parser, refuse(AssertionError("tp_size must divide")), []) == "tp_size must divide"
+    assert engine_check.check_args(parser, refuse(AssertionError()), []) == "AssertionError"
+    assert engine_check.check_args(parser, refuse(ValueError("no")), ["--n", "1"]) == "no"
+    assert engine_check.check_args(parser, lambda args: None, ["--n", "1"]) is None
 
 
 def test_check_mode_asks_but_remembers_nothing(venv, tmp_path):

@@ -4,8 +4,9 @@
 Standard library only, so it runs with the system python3 of a bare Debian or Ubuntu container. It
 accepts the command lines the role builds for either engine (``vllm serve MODEL ...`` through a
 ``vllm`` wrapper, ``python -m sglang.launch_server --model-path MODEL ...`` through a ``sglang``
-package) and refuses, as the real release would, the arguments that release's parser refuses
-(standin_engine.py has its recorded arguments); its own options below are taken out first.
+package) and refuses, as the real release would, the arguments that release's parser refuses, and those its
+checks after parsing refuse (standin_engine.py has its recorded arguments and the checks it keeps); its own
+options below are taken out first.
 
 Behaviour (flags, or STANDIN_* environment variables for use from a systemd unit):
 
@@ -93,7 +94,8 @@ STANDIN_OPTIONS = {  # the stand-in's own options (no engine has them), with whe
 
 
 def refuse_as_the_engine(engine, argv):
-    """Exit 2 with the engine's message when the real release's parser would refuse argv (standin_engine.py)."""
+    """Exit as the real release would when its parser refuses argv (status 2, argparse's message) or its checks
+    after parsing do (status 1, the exception's type and message), as standin_engine.py records and keeps them."""
     import standin_engine  # noqa: PLC0415  (beside this file, here and where install.yml puts both)
 
     engine_args, skip = [], False
@@ -104,7 +106,12 @@ def refuse_as_the_engine(engine, argv):
             skip = "=" not in arg and STANDIN_OPTIONS[arg]
         else:
             engine_args.append(arg)
-    standin_engine.parser_for(engine).parse_args(engine_args)  # prints "<prog>: error: ..." and exits 2
+    parsed = standin_engine.parser_for(engine).parse_args(engine_args)  # prints "<prog>: error: ..." and exits 2
+    try:
+        standin_engine.check_parsed(engine, parsed)
+    except (KeyError, TypeError, ValueError) as exc:
+        message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+        sys.exit(f"{type(exc).__name__}: {message}")
 
 
 def parse_args(argv):

@@ -1,20 +1,31 @@
 #!/usr/bin/env python3
-"""The stand-in engines' command lines and model registries, recorded from the real vLLM and SGLang.
+"""The stand-in engines' command lines, checks and model registries, recorded from the real vLLM and SGLang.
 
 A stand-in that accepts what the real engine refuses hides the mistakes the stack must catch. So the stand-in
 engines carry the real engines' argument sets and registries, recorded from the pinned releases into
-``engines/<engine>.json`` (argument names, how many values each takes, their choices where they are plain
-strings, the required ones, the architectures). The real-engine test layer records them again from PyPI's
-wheels and fails when the files drift, and checks that the stand-in and the real engine give the same
-verdicts on the same command lines.
+``engines/<engine>.json``: argument names, how each is stored and how many values it takes, its type, its
+choices where they are plain strings or integers, the required ones, the architectures, and vLLM's tool-call
+and reasoning parser names (its parsers take any name; it checks them after parsing). A type is recorded only
+where one of the conversions below does what the engine's own converter does on every probe value, message
+included; other types (vLLM's ``1k`` integers, its config dataclasses) are recorded without one and take any
+value. The real-engine test layer records them again from PyPI's wheels and fails when the files drift, and
+checks that the stand-in and the real engine give the same verdicts, with the same messages, on the same
+command lines.
+
+After parsing, the stand-in applies the engines' own device-free checks that engine_check runs on the real
+engines, as far as it keeps them (below: ``vllm_*`` and ``sglang_*``; tests/engines asks both engines the same
+questions). It leaves out vLLM's chat template check, SGLang's bucket rules and the rules that read a value
+the engine resolves at start (a default it computes, the checkpoint, the device); a parser plugin
+(``--tool-parser-plugin``) may register any name, so with one the stand-in takes any parser name.
 
   standin_engine.py record ENGINE    (with the real engine's Python) prints the recording as JSON
   standin_engine.py install          (with a venv's Python) makes its "vllm" and "sglang" the stand-ins:
-                                     the server, and the parsers and registries inference_engine_check asks
+                                     the server, and the parsers, checks and registries inference_engine_check
+                                     asks
 
 Standard library only: the stand-in venv of the lab and molecule has nothing else. What the recording leaves
-out: vLLM's post-parse rules (``validate_parsed_serve_args``), its ``--flag_with_underscores`` and
-``--config.key`` spellings, and choices checked after a type conversion.
+out besides: vLLM's ``--flag_with_underscores`` and ``--config.key`` spellings, and the engines' defaults (a
+flag left out is None, or False where it is a store_true flag).
 """
 
 from __future__ import annotations
@@ -34,23 +45,68 @@ HERE = Path(__file__).resolve().parent
 ENGINES_DIR = HERE / "engines"
 PROGS = {"vllm": "vllm serve", "sglang": "sglang.launch_server"}
 
+# The conversions a recorded type may name, and the values the recorder tries each engine converter on: a type
+# is recorded only where one of these, with the values it maps to None and its error message, gives what the
+# engine's converter gives on every probe.
+CONVERSIONS = {"int": int, "float": float, "json": json.loads}
+TYPE_PROBES = (
+    *("0", "7", "-3", " 8 ", "1_000", "1.5", "1e3", "inf", "NaN", "32k", "lots", "true", "None", "none", ""),
+    *("null", "{}", '{"a": 1}', "[1, 2]", "{bad"),
+)
+VALUE = "{value}"  # where a recorded error message has the value it refuses
+# How argparse stores an argument, by its action's class (anything else is recorded as "store").
+ACTIONS = {
+    argparse.BooleanOptionalAction: "boolean",
+    argparse._StoreTrueAction: "store_true",
+    argparse._StoreFalseAction: "store_false",
+    argparse._AppendAction: "append",
+}
+
 
 def load(engine):
     return json.loads((ENGINES_DIR / f"{engine}.json").read_text(encoding="utf-8"))
 
 
+def converter(recorded):
+    """A callable that converts as the recorded type does, with the engine converter's name (argparse's message
+    says ``invalid NAME value``) or its recorded message."""
+    convert, none, message = CONVERSIONS[recorded["conversion"]], set(recorded["none"]), recorded["message"]
+
+    def convert_value(value):
+        if value in none:
+            return None
+        try:
+            return convert(value)
+        except ValueError:  # json.JSONDecodeError is one
+            if message is None:
+                raise
+            raise argparse.ArgumentTypeError(message.replace(VALUE, value)) from None
+
+    convert_value.__name__ = recorded["name"]
+    return convert_value
+
+
 def add_arguments(parser, engine, recording=None):
     """Add the recorded arguments of ``engine`` to an argparse parser, as the real engine adds its own."""
     for argument in (recording or load(engine))["arguments"]:
+        flags, action = argument["flags"], argument.get("action", "store")
         kwargs = {}
-        if argument["nargs"] == 0:
-            kwargs["action"] = "store_true"
+        if action == "boolean":  # argparse adds the --no- spelling of each flag itself
+            negated = {f"--no-{flag[2:]}" for flag in flags if flag.startswith("--")}
+            flags = [flag for flag in flags if flag not in negated]
+            kwargs["action"] = argparse.BooleanOptionalAction
+        elif action in ("store_true", "store_false") or argument["nargs"] == 0:
+            kwargs["action"] = action if action == "store_false" else "store_true"
         else:
             kwargs["nargs"] = argument["nargs"]
+            if action == "append":
+                kwargs["action"] = "append"
+            if argument.get("type"):
+                kwargs["type"] = converter(argument["type"])
             if argument["choices"] is not None:
                 kwargs["choices"] = argument["choices"]
-        if argument["flags"]:
-            parser.add_argument(*argument["flags"], dest=argument["dest"], required=argument["required"], **kwargs)
+        if flags:
+            parser.add_argument(*flags, dest=argument["dest"], required=argument["required"], **kwargs)
         else:
             parser.add_argument(argument["dest"], **kwargs)
     return parser
@@ -64,24 +120,91 @@ def architectures(engine):
     return load(engine)["architectures"]
 
 
+def parser_names(kind):
+    """The recorded vLLM's registered tool-call (``tool``) or reasoning (``reasoning``) parser names."""
+    return load("vllm")[f"{kind}_parsers"]
+
+
+def probe_outcome(convert, value):
+    """What a converter makes of one value, in a form two converters can be compared by."""
+    try:
+        result = convert(value)
+    except argparse.ArgumentTypeError as exc:
+        return ["message", str(exc)]
+    except (TypeError, ValueError):
+        return ["invalid"]
+    except Exception as exc:  # argparse lets it through; no recorded type raises it
+        return ["raises", type(exc).__name__]
+    return ["value", type(result).__name__, repr(result)]
+
+
+def record_type(convert):
+    """The recorded form of an engine converter (``converter`` takes it), or None where none of CONVERSIONS
+    does what it does on every probe, or its name or message is not the same in another process."""
+    if convert is None:
+        return None
+    name = getattr(convert, "__name__", repr(convert))  # as argparse names it
+    real = {value: probe_outcome(convert, value) for value in TYPE_PROBES}
+    none = [value for value, outcome in real.items() if outcome == ["value", "NoneType", "None"]]
+    messages = [
+        outcome[1].replace(value, VALUE) for value, outcome in real.items() if value and outcome[0] == "message"
+    ]
+    message = messages[0] if messages else None
+    if " at 0x" in name or (message and " at 0x" in message):  # an object's address: this process's only
+        return None
+    for conversion in CONVERSIONS:
+        recorded = {"name": name, "conversion": conversion, "none": none, "message": message}
+        stand_in = converter(recorded)
+        if all(probe_outcome(stand_in, value) == outcome for value, outcome in real.items()):
+            return recorded
+    return None
+
+
+def record_choices(choices):
+    """Choices in the engine's order (argparse's message lists them so), sorted where that order is a set's."""
+    if choices is None:
+        return None
+    values = list(choices)
+    if not (all(isinstance(c, str) for c in values) or all(type(c) is int for c in values)):
+        return None
+    return sorted(values) if isinstance(choices, set | frozenset) else values
+
+
+def record_action(action):
+    return next((name for cls, name in ACTIONS.items() if isinstance(action, cls)), "store")
+
+
 def record_parser(parser):
     """The arguments of a real engine's parser, in the form ``add_arguments`` takes."""
     arguments = []
     for action in parser._actions:  # argparse has no public list of its actions
         if isinstance(action, argparse._HelpAction | argparse._VersionAction):
             continue
-        choices = action.choices
-        plain = choices is not None and all(isinstance(c, str) for c in choices)
         arguments.append(
             {
                 "flags": list(action.option_strings),
                 "dest": action.dest,
+                "action": record_action(action),
                 "nargs": action.nargs,
-                "choices": sorted(choices) if plain else None,
+                "type": record_type(action.type) if action.nargs != 0 else None,
+                "choices": record_choices(action.choices),
                 "required": bool(action.required) if action.option_strings else False,
             }
         )
     return sorted(arguments, key=lambda a: (a["flags"][:1], a["dest"]))
+
+
+def record_parser_names(engine):
+    """vLLM's tool-call and reasoning parser registries (SGLang's are its flags' choices)."""
+    if engine != "vllm":
+        return {}
+    from vllm.reasoning import ReasoningParserManager  # noqa: PLC0415
+    from vllm.tool_parsers import ToolParserManager  # noqa: PLC0415
+
+    return {
+        "tool_parsers": sorted(ToolParserManager.list_registered()),
+        "reasoning_parsers": sorted(ReasoningParserManager.list_registered()),
+    }
 
 
 def record(engine):
@@ -98,7 +221,100 @@ def record(engine):
         "version": metadata.version(engine),
         "arguments": record_parser(parser),
         "architectures": sorted(archs),
+        **record_parser_names(engine),
     }
+
+
+# The engines' own checks after parsing, as far as the stand-in keeps them (the module's docstring says what
+# it leaves out). Each raises what the engine raises, with the engine's message; the stand-in's vllm and sglang
+# packages (site/) answer engine_check with them, and the stand-in server runs them (check_parsed).
+PLUGINS = {}  # kind -> the parser plugin file given in this process: it may register any name
+
+
+def load_parser_plugin(kind, path):
+    PLUGINS[kind] = path
+
+
+def vllm_validate_parsed_serve_args(args):
+    """vLLM's ``validate_parsed_serve_args``, less its chat template check."""
+    if args.enable_auto_tool_choice and not args.tool_call_parser:
+        raise TypeError("Error: --enable-auto-tool-choice requires --tool-call-parser")
+    if args.enable_log_outputs and not args.enable_log_requests:
+        raise TypeError("Error: --enable-log-outputs requires --enable-log-requests")
+
+
+def vllm_validate_api_server_args(args):
+    """vLLM's ``validate_api_server_args``: the tool-call parser (with auto tool choice) and the reasoning parser
+    of ``--structured-outputs-config`` must be registered names."""
+    tool_parsers = parser_names("tool")
+    if args.enable_auto_tool_choice and "tool" not in PLUGINS and args.tool_call_parser not in tool_parsers:
+        raise KeyError(f"invalid tool call parser: {args.tool_call_parser} (chose from {{ {','.join(tool_parsers)} }})")
+    config = args.structured_outputs_config
+    with contextlib.suppress(ValueError):
+        config = json.loads(config) if isinstance(config, str) else config
+    reasoning_parser = config.get("reasoning_parser") if isinstance(config, dict) else None
+    reasoning_parsers = parser_names("reasoning")
+    if reasoning_parser and "reasoning" not in PLUGINS and reasoning_parser not in reasoning_parsers:
+        raise KeyError(f"invalid reasoning parser: {reasoning_parser} (chose from {{ {','.join(reasoning_parsers)} }})")
+
+
+def vllm_get_reasoning_parser(name):
+    """vLLM's ``ReasoningParserManager.get_reasoning_parser``: a registered name, else its KeyError."""
+    if "reasoning" not in PLUGINS and name not in parser_names("reasoning"):
+        registered = ", ".join(parser_names("reasoning"))
+        raise KeyError(f"Reasoning parser '{name}' not found. Available parsers: {registered}")
+    return name
+
+
+def sglang_tokenizer_batching(args):
+    """SGLang's ``ServerArgs._handle_tokenizer_batching``: its refusal."""
+    if args.enable_tokenizer_batch_encode and args.enable_dynamic_batch_tokenizer:
+        raise ValueError(
+            "Cannot enable both --enable-tokenizer-batch-encode and --enable-dynamic-batch-tokenizer. "
+            "Please choose one tokenizer batching approach."
+        )
+
+
+def sglang_cache_compatibility(args):
+    """SGLang's ``ServerArgs._handle_cache_compatibility``, less its rule on the SGLANG_ENABLE_SPEC_V2 variable."""
+    if args.enable_hierarchical_cache and args.disable_radix_cache:
+        raise ValueError(
+            "The arguments enable-hierarchical-cache and disable-radix-cache are mutually exclusive "
+            "and cannot be used at the same time. Please use only one of them."
+        )
+    if args.disaggregation_decode_enable_offload_kvcache and args.disaggregation_mode != "decode":
+        raise ValueError("The argument disaggregation-decode-enable-offload-kvcache is only supported for decode side.")
+    ratio = args.swa_full_tokens_ratio
+    if ratio is not None and not (0 < ratio <= 1.0):
+        raise ValueError("--swa-full-tokens-ratio should be in range (0, 1.0].")
+
+
+def sglang_other_validations(args):
+    """SGLang's ``ServerArgs._handle_other_validations``: the modalities of ``--limit-mm-data-per-request``."""
+    limits = args.limit_mm_data_per_request
+    allowed_modalities = {"image", "video", "audio"}
+    for modality in limits if isinstance(limits, dict) else ():
+        if modality not in allowed_modalities:
+            raise ValueError(
+                f"Invalid modality '{modality}' in --limit-mm-data-per-request."
+                f"Allowed modalities are: {list(allowed_modalities)}"
+            )
+
+
+def check_parsed(engine, args):
+    """Raise as the engine does after parsing ``args``, before it loads anything (engine_check's order)."""
+    if engine == "vllm":
+        vllm_validate_parsed_serve_args(args)
+        for kind in ("tool", "reasoning"):
+            plugin = getattr(args, f"{kind}_parser_plugin")
+            if plugin and len(plugin) > 3:
+                load_parser_plugin(kind, plugin)
+        vllm_validate_api_server_args(args)
+        if args.reasoning_parser:
+            vllm_get_reasoning_parser(args.reasoning_parser)
+    else:
+        for rule in (sglang_tokenizer_batching, sglang_cache_compatibility, sglang_other_validations):
+            rule(args)
 
 
 def record_hash(text):

@@ -106,12 +106,47 @@ def test_sglang_style_command_line_takes_the_real_releases_arguments(standin):
         (["--model-path", "/m/X", "--max-model-len", "4096"], "sglang.launch_server: error: unrecognized arguments"),
         (["--model-path", "/m/X", "--attention-backend", "x"], "argument --attention-backend: invalid choice: 'x'"),
         (["--served-model-name", "Y"], "the following arguments are required: --model-path/--model"),
+        (["serve", "/m/M", "--max-num-seqs", "lots"], "argument --max-num-seqs: invalid int value: 'lots'"),
+        (["--model-path", "/m/X", "--max-running-requests", "many"], "--max-running-requests: invalid int value"),
+        (["--model-path", "/m/X", "--reasoning-parser", "qwen4"], "argument --reasoning-parser: invalid choice"),
     ],
 )
 def test_what_the_real_release_refuses_the_stand_in_refuses(argv, message):
     done = subprocess.run([sys.executable, str(SERVER), *argv], capture_output=True, text=True, timeout=30, check=False)
     assert done.returncode == 2
     assert message in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["serve", "/m/M", "--enable-auto-tool-choice"],
+            "TypeError: Error: --enable-auto-tool-choice requires --tool-call-parser",
+        ),
+        (
+            ["serve", "/m/M", "--enable-auto-tool-choice", "--tool-call-parser", "hermez"],
+            "KeyError: invalid tool call parser: hermez (chose from { ",
+        ),
+        (["serve", "/m/M", "--reasoning-parser", "qwen4"], "KeyError: Reasoning parser 'qwen4' not found."),
+        (
+            ["--model-path", "/m/X", "--enable-hierarchical-cache", "--disable-radix-cache"],
+            "ValueError: The arguments enable-hierarchical-cache and disable-radix-cache are mutually exclusive",
+        ),
+    ],
+)
+def test_what_the_real_release_refuses_after_parsing_the_stand_in_refuses_at_start(argv, message):
+    done = subprocess.run([sys.executable, str(SERVER), *argv], capture_output=True, text=True, timeout=30, check=False)
+    assert done.returncode == 1
+    assert message in done.stderr
+
+
+def test_a_parser_plugin_may_bring_any_parser_name(standin):
+    server = standin(
+        "serve", "/m/M", "--enable-auto-tool-choice", "--tool-call-parser", "site_parser",
+        "--tool-parser-plugin", "/etc/inferhost/site_parser.py",
+    )  # fmt: skip
+    server.wait_ready()
 
 
 def test_chat_completion_is_deterministic_and_stops(standin):

@@ -8,5 +8,5 @@ def make_arg_parser(parser):
 
 
 def validate_parsed_serve_args(args):
-    """vLLM's post-parse rules are not recorded: the stand-in checks the arguments only."""
-    del args
+    """vLLM's checks right after parsing, as the stand-in keeps them."""
+    standin_engine.vllm_validate_parsed_serve_args(args)
