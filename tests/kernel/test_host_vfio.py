@@ -25,6 +25,7 @@ pytestmark = pytest.mark.kernel
 STANDIN_VENDOR = "0x1234"  # QEMU's std VGA: a display-class function, as the probe wants of a GPU
 STANDIN_ID = "8086:100e"  # the e1000's vendor:device, bound to vfio-pci by id
 GROUP_CHECK = "preflight | Check each GPU has its IOMMU group to itself"
+PROBE = "preflight | Probe the GPUs, IOMMU groups, firmware, swap, kernels, modules, NVIDIA packages and sources"
 # Puts the e1000 module into the initramfs without loading it, as a host's initramfs can carry its GPU driver:
 # early boot's udev then binds the device to e1000 unless the initramfs carries the role's blacklist.
 HOST_DRIVER_HOOK = """#!/bin/sh
@@ -133,7 +134,7 @@ def test_a_vfio_binding_by_id_in_the_roles_modprobe_files_survives_a_reboot(mach
     # The group check ran and passed for a device alone in its group.
     check = result["tasks"][GROUP_CHECK]
     assert not check.get("failed") and not check.get("skipped"), check
-    probe = result["tasks"]["preflight | Probe the GPUs, IOMMU groups, firmware, swap, kernels and loaded modules"]
+    probe = result["tasks"][PROBE]
     gpu = probe["gpus"][0]
     assert (gpu["address"], gpu["iommu_group_members"], gpu["foreign_group_members"]) == (alone, [alone], [])
     assert result["tasks"]["Update the initramfs"].get("changed") is True, result["output"]
