@@ -21,6 +21,7 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import yaml
 
@@ -65,7 +66,7 @@ def timed_command(path, env: dict[str, str]) -> tuple[float, int]:
     return secs, sum(int(n) for n in RECAP.findall(done.stdout))
 
 
-def floor_playbook(result) -> labmod.Path:
+def floor_playbook(result) -> Path:
     """A playbook with the plays of the converge, each on the same running hosts with as many trivial tasks as
     the converge ran there (its ok results per host)."""
     plays, off = [], set(labmod.left_for_later(result))  # a guest that is off runs nothing

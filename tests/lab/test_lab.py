@@ -36,7 +36,7 @@ def test_the_lab_is_reached_over_ssh_with_its_host_keys_checked(lab):
     for host in lab.hosts:
         assert "ansible_connection" not in lab.hosts[host]
     argv = labmod.ssh_argv(lab, "lab-ct")
-    ok = labmod.subprocess.run([*argv, "hostname"], capture_output=True, text=True, check=False)
+    ok = subprocess.run([*argv, "hostname"], capture_output=True, text=True, check=False)
     assert (ok.returncode, ok.stdout.strip()) == (0, "lab-ct")
     # lab-vm's host key under lab-ct's address: ssh must refuse it.
     known = (labmod.SSH_DIR / "known_hosts").read_text().splitlines()
@@ -45,7 +45,7 @@ def test_the_lab_is_reached_over_ssh_with_its_host_keys_checked(lab):
     wrong = labmod.SSH_DIR / "known_hosts.wrong"
     wrong.write_text(f"{ct_line.split(' ', 1)[0]} {vm_key}\n")
     argv = [a if not a.startswith("UserKnownHostsFile=") else f"UserKnownHostsFile={wrong}" for a in argv]
-    refused = labmod.subprocess.run([*argv, "true"], capture_output=True, text=True, check=False)
+    refused = subprocess.run([*argv, "true"], capture_output=True, text=True, check=False)
     assert refused.returncode == 255 and "HOST IDENTIFICATION HAS CHANGED" in refused.stderr
 
 
@@ -129,7 +129,7 @@ def test_each_guest_play_runs_alone_with_a_cold_fact_cache(lab, deployed):
 def test_the_container_play_alone_reads_the_hosts_driver_version(lab, deployed):
     """With no cached facts of the host, the container's driver role still learns the host's version (it
     refuses to run without it): a --check of that role, the NVIDIA repository's changes shown, not made."""
-    result = labmod._playbook(
+    result = labmod.playbook(
         labmod.ROOT / "playbooks" / "container.yml",
         check=True,
         extravars={"nvidia_userspace_enabled": True},
@@ -145,7 +145,7 @@ def test_the_container_play_alone_reads_the_hosts_driver_version(lab, deployed):
         with pytest.raises(
             labmod.LabError, match=r"userspace 590\.48\.01, but the host lab-pve runs the driver 590\.99\.01"
         ):
-            labmod._playbook(
+            labmod.playbook(
                 labmod.ROOT / "playbooks" / "container.yml",
                 check=True,
                 extravars={"nvidia_userspace_enabled": True},
@@ -365,7 +365,7 @@ def test_the_driver_change_reaches_the_container_after_the_hosts_reboot(lab, dep
     host runs after the reboot, not the facts host.yml wrote before it."""
     current, new = lab.hosts["lab-pve"]["lab_standin_repo"]["driver_versions"]
     pin = {"inferhost_nvidia_driver_version": new}
-    host = labmod._playbook(
+    host = labmod.playbook(
         labmod.ROOT / "playbooks" / "host.yml",
         extravars={**pin, "pve_host_gpu_driver_change_allowed": True},
         fact_cache=labmod.cold_fact_cache("driver-change-host"),
@@ -377,7 +377,7 @@ def test_the_driver_change_reaches_the_container_after_the_hosts_reboot(lab, dep
 
     assert labmod.reboot_host(lab) == f"lab-pve rebooted, nvidia module {new}"
     # With the host's facts alone (loaded: the old module) the container would refuse the new pin.
-    labmod._playbook(
+    labmod.playbook(
         labmod.ROOT / "playbooks" / "container.yml",
         extravars=pin,
         fact_cache=labmod.cold_fact_cache("driver-change-container"),

@@ -1,0 +1,267 @@
+"""What the lab does, step by step, and what each of its commands runs.
+
+The bring-up (images, fake API, stand-in NVIDIA repository, machines, guests powered as the API has them,
+stand-in engine), the converge of site.yml, the GPU moves with playbooks/gpu_switch.yml, the validation, the
+README's deployment order with a cold fact cache per step, and the summary printed after them; then the bodies of
+`inferhost-lab up`, `converge`, `deploy`, `ssh`, `status` and `down`, which cli.py calls once it has parsed
+the arguments. Each step is timed through Lab.step and fails with a LabError.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+from inferhost.runner import PlaybookResult
+from inferhost.sim import ENGINE_DIR, apt_repo
+
+from .api import api_summary, fakepve_pid, remove_fakepve_files, start_fakepve, stop_fakepve
+from .context import CONTAINER_PREFIX, ROOT, STANDIN_REPO, Lab, LabError, pve_host
+from .machines import (
+    build_images,
+    machine_running,
+    podman,
+    power_machines,
+    reboot_host,
+    remove_containers,
+    start_containers,
+)
+from .playbooks import cold_fact_cache, left_for_later, playbook
+from .ssh import SSH_DIR, ssh_argv
+
+STANDINS = ENGINE_DIR / "install.yml"
+STANDIN_STAMP = "/opt/standin/.installed"
+
+
+# --- the bring-up -----------------------------------------------------------------------------------
+
+
+def build_standin_repo(lab: Lab) -> str:
+    """The lab's NVIDIA repository: the wing's signed stand-in (src/inferhost/sim/apt_repo.py) with the packages
+    of lab_standin_repo, and headers for the kernel the machines run (this machine's), as a distribution has
+    them for its own kernels. Built once per specification."""
+    standin = next(iter(lab.hosts.values()))["lab_standin_repo"]
+    versions = standin["driver_versions"]
+    spec = {
+        "nvidia": {"driver_versions": versions},
+        "guest": {"driver_versions": versions, "kernels": [platform.release()]},
+        "cuda": standin["cuda"],
+    }
+    try:
+        built = apt_repo.build(str(STANDIN_REPO), spec)
+    except (OSError, subprocess.CalledProcessError) as exc:
+        raise LabError(f"the stand-in NVIDIA repository: {exc}") from exc
+    return "built" if built else "unchanged"
+
+
+def install_standins(lab: Lab) -> str:
+    """What the lab's container stands in for: an engine with a model. On a real host these are the environments
+    python_env builds; the container's GPUs are its host's (start_containers)."""
+    # The machines keep their stand-ins; install them again only when they or their definition changed.
+    stamp = hashlib.sha256(
+        b"".join(
+            p.read_bytes() for p in sorted(STANDINS.parent.rglob("*")) if p.is_file() and "__pycache__" not in p.parts
+        )
+    ).hexdigest()[:16]
+    # A container that is off (the VM holds the GPUs) gets them when it runs again and the lab is brought up.
+    stale = [
+        h
+        for h in sorted(lab.groups.get("inference_containers", []))
+        if machine_running(h)
+        and podman("exec", CONTAINER_PREFIX + h, "cat", STANDIN_STAMP, check=False).stdout.strip() != stamp
+    ]
+    if not stale:
+        return "unchanged"
+    result = playbook(
+        STANDINS,
+        extravars={
+            "standin_hosts": "inference_containers",
+            "standin_models": ["/srv/models/standin-a"],
+            # nccl_tuning writes the real environment file in the lab.
+            "standin_nccl_env": False,
+        },
+        limit=",".join(stale),
+    )
+    for host in stale:
+        podman("exec", CONTAINER_PREFIX + host, "sh", "-c", f"echo {stamp} > {STANDIN_STAMP}")
+    return f"changed={result.changed}"
+
+
+def bring_up(lab: Lab) -> None:
+    """Everything the lab needs before its first converge, each step kept when it is in place already: the
+    images, the fake API, the stand-in repository, the machines (the host with its GPUs first), each guest's
+    machine on or off as the API has it, and the stand-in engine in the containers that run."""
+    lab.step("base images", build_images, lab)
+    lab.step("fake Proxmox API", start_fakepve, lab)
+    lab.step("stand-in NVIDIA repository", build_standin_repo, lab)
+    lab.step("podman machines", start_containers, lab)
+    lab.step("guests powered as the API has them", power_machines, lab)
+    lab.step("stand-in engine", install_standins, lab)
+
+
+# --- the stack on the lab ---------------------------------------------------------------------------
+
+
+def converge(lab: Lab, check: bool = False) -> PlaybookResult:
+    return playbook(ROOT / "site.yml", check=check)
+
+
+def move_gpus(lab: Lab, to: str) -> str:
+    """playbooks/gpu_switch.yml, as a user runs it; returns where the GPUs are and what the move did."""
+    result = playbook(ROOT / "playbooks" / "gpu_switch.yml", extravars={"gpu_switch_to": to})
+    moves = result.results_of("Move the GPUs to the requested guest")
+    if not moves:
+        raise LabError("gpu_switch.yml reported no move")
+    move = moves[0]
+    if move.get("owner") != to:
+        raise LabError(f"gpu-switch to-{to} left the GPUs with {move.get('owner')}")
+    done = sum(1 for step in move.get("steps", []) if step.get("state") == "done")
+    return (
+        f"owner={move['owner']} gpus={len(move.get('gpus', []))} changed={move.get('changed')} "
+        f"CT {move['container']['status']}, VM {move['vm']['status']}, {done} steps"
+    )
+
+
+def gpu_switch_over_ssh(lab: Lab, to: str) -> str:
+    """`ssh root@<host> gpu-switch to-<guest>`, as the README's deployment order has the user do it."""
+    host = pve_host(lab)
+    argv = [*ssh_argv(lab, host), "gpu-switch", "--json", f"to-{to}"]
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise LabError(f"gpu-switch to-{to} on {host} (rc {proc.returncode}): {proc.stderr.strip()[-1500:]}")
+    report = json.loads(proc.stdout)
+    if report.get("owner") != to:
+        raise LabError(f"gpu-switch to-{to} left the GPUs with {report.get('owner')}")
+    return f"owner={report['owner']} changed={report.get('changed')}"
+
+
+def deploy_in_order(lab: Lab) -> list[tuple[str, float, str, object]]:
+    """The README's first deployment, each step on its own with a cold fact cache, as a user runs it: host.yml,
+    the host's reboot, host.yml again, container.yml, validate.yml on the container, gpu-switch to-vm, vm.yml,
+    gpu-switch to-ct. Each step as (name, seconds, note, what it returned)."""
+    playbooks = ROOT / "playbooks"
+    steps = [
+        ("host.yml", lambda cache: playbook(playbooks / "host.yml", fact_cache=cache)),
+        ("reboot the host", lambda _: reboot_host(lab)),
+        # As the README says: after the reboot, host.yml again (its facts now name the module that runs).
+        ("host.yml after the reboot", lambda cache: playbook(playbooks / "host.yml", fact_cache=cache)),
+        ("container.yml", lambda cache: playbook(playbooks / "container.yml", fact_cache=cache)),
+        ("validate.yml", lambda cache: validate(lab, fact_cache=cache)),
+        ("gpu-switch to-vm", lambda _: gpu_switch_over_ssh(lab, "vm")),
+        ("vm.yml", lambda cache: playbook(playbooks / "vm.yml", fact_cache=cache)),
+        ("gpu-switch to-ct", lambda _: gpu_switch_over_ssh(lab, "ct")),
+    ]
+    done = []
+    for number, (name, run) in enumerate(steps):
+        cache = cold_fact_cache(f"deploy-{number}")
+        print(f"==> deployment order: {name} (empty fact cache)", flush=True)
+        start = time.monotonic()
+        result = run(cache)
+        done.append((name, time.monotonic() - start, result if isinstance(result, str) else "", result))
+    return done
+
+
+def validate(lab: Lab, fact_cache: Path | None = None) -> str:
+    """playbooks/validate.yml against the container's stand-in service (the lab has no driver or CUDA)."""
+    result = playbook(
+        ROOT / "playbooks" / "validate.yml",
+        extravars={"validate_checks": ["smoke"], "validate_hosts": "inference_containers"},
+        fact_cache=fact_cache,
+    )
+    smoke = result.results_of("Send the prompts through the chat API")
+    if not smoke:
+        raise LabError("validate.yml asked no questions: is inference_service_active set for the lab container?")
+    return "; ".join(str(r.get("msg", "")) for r in smoke)
+
+
+def print_summary(lab: Lab, result: PlaybookResult | None) -> None:
+    print("\nLab summary")
+    width = max(len(name) for name, _, _ in lab.timings) if lab.timings else 10
+    for name, secs, note in lab.timings:
+        print(f"  {name:<{width}}  {secs:7.1f} s  {note}")
+    if result:
+        print("\n  site.yml by play:")
+        for play in result.plays:
+            print(
+                f"    {play.name:<40} {play.seconds:6.1f} s  tasks={play.tasks:<3} ok={play.ok:<3} "
+                f"changed={play.changed:<3} failed={play.failed}"
+            )
+        print(f"  total: changed={result.changed} failed={result.failed} on {len(result.hosts)} hosts")
+        for host, why in sorted(left_for_later(result).items()):
+            print(f"  {host}: {why.split(': ', 1)[-1]}")
+
+
+# --- the commands -----------------------------------------------------------------------------------
+
+
+def _converge_step(lab: Lab, check: bool) -> PlaybookResult:
+    """site.yml as a timed step, its note the number of changes."""
+    result = lab.step("converge site.yml" + (" (check)" if check else ""), converge, lab, check)
+    lab.timings[-1] = (*lab.timings[-1][:2], f"changed={result.changed}")
+    return result
+
+
+def up(check: bool) -> None:
+    """`inferhost-lab up`: the bring-up, site.yml, the GPUs to the VM for vm.yml and back, the validation."""
+    lab = Lab.from_inventory()
+    bring_up(lab)
+    result = _converge_step(lab, check)
+    if not check:
+        # The VM is off while the container holds the GPUs: site.yml left it for later. Converge it holding them.
+        lab.step("gpu-switch to-vm", move_gpus, lab, "vm")
+        lab.step("vm.yml", lambda: f"changed={playbook(ROOT / 'playbooks' / 'vm.yml').changed}")
+        lab.step("gpu-switch to-ct", move_gpus, lab, "ct")
+        lab.step("validate.yml (smoke)", validate, lab)
+    lab.step("Proxmox API state", api_summary, lab)
+    print_summary(lab, result)
+
+
+def converge_again(check: bool) -> None:
+    """`inferhost-lab converge`: site.yml against the running lab."""
+    lab = Lab.from_inventory()
+    result = _converge_step(lab, check)
+    print_summary(lab, result)
+
+
+def deploy() -> None:
+    """`inferhost-lab deploy`: the README's deployment order against the running lab."""
+    lab = Lab.from_inventory()
+    for name, secs, note, _ in deploy_in_order(lab):
+        lab.timings.append((name, secs, note))
+    print_summary(lab, None)
+
+
+def shell(host: str, command: list[str]) -> int:
+    """`inferhost-lab ssh`: a shell or a command on a lab machine; its exit status."""
+    lab = Lab.from_inventory()
+    if host not in lab.hosts:
+        raise LabError(f"no lab machine {host!r} (known: {', '.join(sorted(lab.hosts))})")
+    return subprocess.run([*ssh_argv(lab, host), *command], check=False).returncode
+
+
+def status() -> None:
+    """`inferhost-lab status`: the fake API, each machine's state, the guests' status on the API."""
+    lab = Lab.from_inventory()
+    pid = fakepve_pid()
+    print(f"fake Proxmox API: {f'running (pid {pid})' if pid else 'stopped'}")
+    for host in sorted(lab.hosts):
+        state = podman("container", "inspect", "--format", "{{.State.Status}}", CONTAINER_PREFIX + host, check=False)
+        print(f"{host}: {state.stdout.strip() if state.returncode == 0 else 'absent'}")
+    if pid:
+        print(f"API: {api_summary(lab)}")
+
+
+def down() -> None:
+    """`inferhost-lab down`: the machines removed, the fake API stopped, its files and the SSH keys gone."""
+    lab = Lab.from_inventory()
+    remove_containers(lab)
+    stop_fakepve()
+    remove_fakepve_files()
+    # The next lab gets new keys.
+    shutil.rmtree(SSH_DIR, ignore_errors=True)
+    print("lab removed")
