@@ -56,7 +56,10 @@ class Rig:
             "vm": {"vmid": VM},
             "gpus": list(self.addresses),
             "roots": {"sysfs": self.sysfs, "proc": self.proc, "run": self.run, "dev": self.dev},
-            "timeouts": {"sysfs_write": 0.5},
+            # Long enough that a write the simulated kernel completes is never taken for a hung one on a loaded
+            # machine (0.5 s was, once, with both test streams and QEMU on two cores); short enough that the
+            # three tests of a hung write stay quick.
+            "timeouts": {"sysfs_write": 2},
         }
         for key, value in config_overrides.items():
             self.data[key] = value
