@@ -33,16 +33,24 @@ ALLOWED = {
     "pve_host_gpu_nvidia_repo_url": "address: the wing's signed stand-in of NVIDIA's repository (lab_standin_repo)",
     "pve_host_gpu_nvidia_repo_key_url": "address: the stand-in repository's signing key",
     "nvidia_userspace_check_module": "stand-in hardware: the stand-in DKMS package builds no module for modinfo",
-    "inference_service_services": "stand-in hardware: the stand-in engine with a stand-in checkpoint",
-    "inference_service_active": "stand-in hardware: the stand-in service",
+    "inference_service_services": (
+        "stand-in hardware: the real vLLM's CPU build with the lab's test checkpoint; SGLang (no CPU build) on the"
+        " stand-in engine"
+    ),
+    "inference_service_active": "stand-in hardware: the service the lab's CPU can run",
     "inference_service_hardware": "stand-in hardware: the lab's GPUs have no memory or bandwidth to state",
     # Sizes and times.
     "gpu_switch_timeouts": "time: fakepve runs PVE's seconds ten times faster",
-    "inference_service_load_timeout_s": "time: the stand-in model loads in seconds",
-    "inference_service_start_margin_s": "time: the stand-in model loads in seconds",
-    "inference_service_wait_interval_s": "time: the stand-in model loads in seconds",
-    "python_env_uv_install": "size: the lab builds no environment (molecule/guest_env installs uv)",
-    "python_env_environments": "size: torch and the engines are gigabytes; the lab runs the stand-in engine",
+    "inference_service_load_timeout_s": "time: the test checkpoint loads in seconds, the CPU engine starts in minutes",
+    "inference_service_start_margin_s": "time: the test checkpoint loads in seconds",
+    "inference_service_wait_interval_s": "time: the test checkpoint loads in seconds",
+    "python_env_environments": (
+        "stand-in hardware: vLLM's CPU build on the container's Python (no GPU, no uv-managed Python); none on the"
+        " VM, which serves nothing in the lab"
+    ),
+    "python_env_process_environment": (
+        "address: the machines reach PyPI through this machine's CA bundle, and share its uv cache"
+    ),
     "source_build_builds": "size: hours-long CUDA builds (molecule/guest_env builds one for real)",
 }
 # The lab driver's own data (the fake API's guests, image releases, networking), read by no role.

@@ -20,6 +20,10 @@ INVENTORY = ROOT / "inventory" / "lab"
 STATE = ROOT / ".cache" / "lab"
 # The wing's stand-in of NVIDIA's repositories, built here, mounted read-only into every machine (lab_standin_repo).
 STANDIN_REPO = STATE / "standin-repo"
+# The stand-in of vLLM's CPU wheel index (lab_engine_index), mounted read-only into the containers.
+ENGINE_INDEX = STATE / "engine-index"
+# One uv cache for the containers' environments and the test checkpoint's trainer: each wheel is downloaded once.
+UV_CACHE = STATE / "uv-cache"
 CONTAINER_PREFIX = "inferhost-"
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from inferhost.sim import pve_power
 
 from .api import api_client, guest_machines
-from .context import CONTAINER_PREFIX, ROOT, STANDIN_REPO, STATE, Lab, LabError, pve_host
+from .context import CONTAINER_PREFIX, ENGINE_INDEX, ROOT, STANDIN_REPO, STATE, UV_CACHE, Lab, LabError, pve_host
 from .playbooks import playbook
 from .ssh import prepare_ssh, ssh_endpoint, ssh_volumes, wait_for_ssh
 
@@ -80,7 +80,28 @@ def _machine_argv(lab: Lab, host: str, hv: dict) -> list[str]:
         for sub in ("bus/pci", "devices/pci0000:00"):
             argv += ["--mount", f'type=bind,src={tree / sub},"dst=/sys/{sub}",ro']
         command = ["/bin/sh", "-c", pve_power.PRESTART_WAIT]
+        argv += container_shares(hv)
     return [*argv, f"localhost/debian-systemd:{hv['lab_image_release']}", *command]
+
+
+def controller_ca_bundle() -> Path:
+    """The CA bundle this machine trusts (SSL_CERT_FILE, else OpenSSL's default file)."""
+    import ssl
+
+    return Path(os.environ.get("SSL_CERT_FILE") or ssl.get_default_verify_paths().openssl_cafile)
+
+
+def container_shares(hv: dict) -> list[str]:
+    """podman run's -v arguments that give a lab container the stand-in engine index, this machine's CA bundle
+    and the uv cache it shares with this machine (lab_engine_index, lab_shared)."""
+    UV_CACHE.mkdir(parents=True, exist_ok=True)
+    ENGINE_INDEX.mkdir(parents=True, exist_ok=True)
+    shared = hv["lab_shared"]
+    return [
+        *("-v", f"{ENGINE_INDEX}:{hv['lab_engine_index']['path']}:ro"),
+        *("-v", f"{controller_ca_bundle()}:{shared['ca_bundle']}:ro"),
+        *("-v", f"{UV_CACHE}:{shared['uv_cache']}"),
+    ]
 
 
 def start_machine(lab: Lab, host: str) -> None:
