@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import ssl
 import subprocess
 import time
 from pathlib import Path
@@ -86,8 +87,6 @@ def _machine_argv(lab: Lab, host: str, hv: dict) -> list[str]:
 
 def controller_ca_bundle() -> Path:
     """The CA bundle this machine trusts (SSL_CERT_FILE, else OpenSSL's default file)."""
-    import ssl
-
     return Path(os.environ.get("SSL_CERT_FILE") or ssl.get_default_verify_paths().openssl_cafile)
 
 
