@@ -29,12 +29,12 @@ def test_grub_host_gets_a_dropin_and_one_update_grub(host, release):
         pytest.skip("bookworm is the GRUB host")
     dropin = host.file("/etc/default/grub.d/inferhost-gpu.cfg")
     assert dropin.mode == 0o644
-    assert 'GRUB_CMDLINE_LINUX_DEFAULT="${GRUB_CMDLINE_LINUX_DEFAULT} amd_iommu=on iommu=pt pcie_aspm=off"' in (
+    assert 'GRUB_CMDLINE_LINUX_DEFAULT="${GRUB_CMDLINE_LINUX_DEFAULT} iommu=pt pcie_aspm=off"' in (
         dropin.content_string
     )
     # The stand-in update-grub sources /etc/default/grub and the drop-ins as grub-mkconfig does.
     assert calls(host, "update-grub") == [
-        "update-grub  => GRUB_CMDLINE_LINUX_DEFAULT=quiet amd_iommu=on iommu=pt pcie_aspm=off"
+        "update-grub  => GRUB_CMDLINE_LINUX_DEFAULT=quiet iommu=pt pcie_aspm=off"
     ]
     assert calls(host, "proxmox-boot-tool refresh") == [], "no ESPs here: nothing to refresh"
     assert not host.file("/etc/kernel/cmdline").exists

@@ -16,7 +16,7 @@ SPEC (JSON), every key optional::
      "modules": {"nvidia_uvm": {"version": null, "parameters": {"uvm_disable_hmm": "Y"}}},
      "swaps": ["/dev/zd0"],
      "cpu_vendor": "AuthenticAMD",
-     "cmdline": "BOOT_IMAGE=... amd_iommu=on iommu=pt",
+     "cmdline": "BOOT_IMAGE=... iommu=pt",
      "kernels": {"6.8.12-9-pve": true}}          # true: the nvidia module is built for it
 """
 
