@@ -20,7 +20,9 @@ description:
     tensor-parallel sizes that do not divide the model's dimensions (FP8 weight blocks and quantization groups
     included), weights per GPU that leave no room for a minimum KV cache, a quantized KV cache without an
     explicit opt-in, and checkpoint edits the engine no longer needs.
-  - Returns each service's engine command line (quoted for systemd), environment and unit name.
+  - Returns each service's engine command line (quoted for systemd), environment and unit name, and in C(api)
+    what its API serves beyond answers, the tool-call and reasoning parsers and whether C(/metrics) has the
+    engine's metrics. SGLang command lines get C(--enable-metrics) unless the service's C(args) set it.
   - Changes nothing on the target.
 version_added: "0.1.0"
 author: inferhost contributors
@@ -124,6 +126,7 @@ services:
       secret_names: [INFERHOST_API_KEY]
       served_name: Qwen3.5-397B-A17B
       url: http://127.0.0.1:8000
+      api: {tool_call_parser: qwen3_coder, reasoning_parser: qwen3, metrics: true}
       load_timeout_s: 2700
       conflicts: [inference-kimi-k25.service]
 refused:
@@ -238,6 +241,8 @@ def plan_one(params, service, units):
         secret_names=command.secret_names(service),
         served_name=command.served_name(service),
         url=url,
+        # What validate.yml's smoke check asks beyond the prompts: tool calls, reasoning, /metrics.
+        api=command.served_api(service),
         load_timeout_s=timeout,
         conflicts=sorted(u for n, u in units.items() if n != name),
     )

@@ -125,6 +125,7 @@ def test_units_are_rendered_as_designed(host):
         "--model-path /srv/models/standin-b"
     ) in sglang
     assert "--api-key" not in sglang and KEY not in sglang
+    assert " --enable-metrics " in sglang  # SGLang serves /metrics only with it; the role adds it
     launcher = host.file("/usr/local/libexec/inferhost/sglang-launch")
     assert launcher.user == "root" and launcher.mode == 0o755
     # the guard's command runs its library, the modules' shared code, from a directory of its own

@@ -1,14 +1,16 @@
 """Talking to an OpenAI-compatible service from the guest: the API key file, plain JSON requests, readiness.
 
 Standard library only. The key is read on the guest from the unit's root-only environment file, so it
-never travels through Ansible. scripts/inference-bench.py reads its key file with read_key too: it runs
-without Ansible, and playbooks/benchmark.yml copies this file to the guest with it. The units' GPU guard
+never travels through Ansible; the module inference_benchmark reads it with read_key too and hands it to the
+engine's benchmark in its environment. The units' GPU guard
 (guard.py, installed in the guest by the inference_service role) waits with ``readiness`` as the module
 inference_service_probe looks with it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import http.client
 import json
 import urllib.error
 import urllib.request
@@ -34,11 +36,11 @@ def read_key(path):
     return None
 
 
-def request(url, key=None, body=None, timeout=5):
-    """GET (or POST ``body`` as JSON); returns (HTTP status, parsed JSON or None).
+def exchange(url, key=None, body=None, timeout=5):
+    """GET (or POST ``body`` as JSON); returns (HTTP status, the answer's text, its JSON or None).
 
-    HTTP errors come back as their status; a connection that fails comes back as a text, so a caller can
-    tell "still loading, port closed" from "answered 503".
+    Unlike ``request`` it keeps the body of an error answer (the engine's message) and answers that are not
+    JSON (``/metrics``). A connection that fails comes back as a text in place of the status, and no body.
     """
     data = json.dumps(body).encode() if body is not None else None
     req = urllib.request.Request(url, data=data)
@@ -48,15 +50,28 @@ def request(url, key=None, body=None, timeout=5):
         req.add_header("Authorization", f"Bearer {key}")
     try:
         with urllib.request.urlopen(req, timeout=timeout) as response:
-            raw = response.read()
-            try:
-                return response.status, json.loads(raw or b"null")
-            except ValueError:
-                return response.status, None
+            status, raw = response.status, response.read()
     except urllib.error.HTTPError as exc:
-        return exc.code, None
-    except (urllib.error.URLError, OSError) as exc:
-        return f"no answer: {getattr(exc, 'reason', exc)}", None
+        status, raw = exc.code, b""
+        with contextlib.suppress(OSError, http.client.HTTPException):  # an error answer cut short
+            raw = exc.read()
+    except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
+        return f"no answer: {getattr(exc, 'reason', exc)}", "", None
+    text = raw.decode("utf-8", errors="replace")
+    try:
+        return status, text, json.loads(raw or b"null")
+    except ValueError:
+        return status, text, None
+
+
+def request(url, key=None, body=None, timeout=5):
+    """GET (or POST ``body`` as JSON); returns (HTTP status, parsed JSON or None).
+
+    HTTP errors come back as their status (and no body); a connection that fails comes back as a text, so a
+    caller can tell "still loading, port closed" from "answered 503".
+    """
+    status, _text, parsed = exchange(url, key, body, timeout)
+    return status, parsed if isinstance(status, int) and 200 <= status < 300 else None
 
 
 def listed_models(body):

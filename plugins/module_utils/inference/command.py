@@ -10,6 +10,9 @@ systemd loads it as root from the service's root-only secret file into the engin
 only its owner and root can read. vLLM reads ``VLLM_API_KEY`` itself. SGLang takes the key only as
 ``--api-key``, so an SGLang unit runs the role's launcher (``inferhost-sglang-launch``) with the
 environment's Python: it hands ``INFERHOST_API_KEY`` to SGLang in-process.
+
+SGLang serves ``/metrics`` only with ``--enable-metrics``; the role adds it unless the service's ``args`` set
+it (``enable-metrics: false`` leaves it out). vLLM serves its metrics without a flag.
 """
 
 from __future__ import annotations
@@ -30,6 +33,19 @@ KV_CACHE_SPELLING = {
 def served_name(service):
     model = service["model"]
     return model.get("served_name") or os.path.basename(str(model["path"]).rstrip("/"))
+
+
+def _flag(key):
+    return str(key).lstrip("-").replace("_", "-")
+
+
+def _arg(service, name):
+    """The value the service's ``args`` give flag ``name`` (any spelling of the key), or None."""
+    return next((v for k, v in (service.get("args") or {}).items() if _flag(k) == name), None)
+
+
+def _sets(service, name):
+    return any(_flag(k) == name for k in service.get("args") or {})
 
 
 def _args(extra):
@@ -79,8 +95,33 @@ def build_argv(service, *, load_timeout_s=2700, sglang_launcher=SGLANG_LAUNCHER)
             argv += ["--ep-size", str(tp)]
         # torch.distributed waits at init for the slowest rank's load: raise it above the load time.
         argv += ["--kv-cache-dtype", kv, "--dist-timeout", str(int(load_timeout_s))]
+        if not _sets(service, "enable-metrics"):
+            argv.append("--enable-metrics")
     argv += _args(service.get("args"))
     return argv
+
+
+def served_api(service):
+    """What the service's engine does beyond plain answers, by its command line, for the checks that ask it.
+
+    ``tool_call_parser``: the parser that turns the model's tool calls into ``message.tool_calls`` (vLLM parses
+    them only with ``--enable-auto-tool-choice`` as well), else None; ``reasoning_parser``: the parser that
+    moves the reasoning out of ``content``, else None; ``metrics``: whether ``/metrics`` has the engine's
+    metrics (vLLM's unless ``--disable-log-stats``; SGLang's with ``--enable-metrics``, which the role adds).
+    """
+    engine = service.get("engine")
+    tool = _arg(service, "tool-call-parser") or None
+    if engine == "vllm" and _arg(service, "enable-auto-tool-choice") is not True:
+        tool = None
+    if engine == "vllm":
+        metrics = _arg(service, "disable-log-stats") is not True
+    else:
+        metrics = not _sets(service, "enable-metrics") or _arg(service, "enable-metrics") is True
+    return {
+        "tool_call_parser": str(tool) if tool else None,
+        "reasoning_parser": str(_arg(service, "reasoning-parser") or "") or None,
+        "metrics": metrics,
+    }
 
 
 def build_environment(service, *, unit, load_timeout_s=2700, common=None):

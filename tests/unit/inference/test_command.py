@@ -9,6 +9,7 @@ from inference.command import (
     build_environment,
     env_file_line,
     secret_names,
+    served_api,
     served_name,
     systemd_command,
     systemd_environment,
@@ -40,7 +41,7 @@ def test_sglang_reference_command(services):
         "/srv/models/Qwen3.5-397B-A17B-NVFP4",
     ]
     joined = " ".join(argv)
-    assert "--tp-size 8 --kv-cache-dtype bf16 --dist-timeout 1800" in joined
+    assert "--tp-size 8 --kv-cache-dtype bf16 --dist-timeout 1800 --enable-metrics" in joined
     # The service's args, sorted by flag whatever the order of the mapping.
     assert joined.endswith(
         "--attention-backend triton --disable-custom-all-reduce --fp4-gemm-backend flashinfer_cudnn "
@@ -48,6 +49,44 @@ def test_sglang_reference_command(services):
         "--trust-remote-code"
     )
     assert "--api-key" not in argv and "INFERHOST_API_KEY" not in joined
+
+
+@pytest.mark.parametrize(
+    ("args", "flags", "metrics"),
+    [
+        ({}, 1, True),
+        ({"enable-metrics": True}, 1, True),  # the service's own flag, not a second one
+        ({"enable-metrics": False}, 0, False),
+        ({"--enable-metrics": None}, 0, False),
+    ],
+)
+def test_sglang_serves_metrics_unless_the_service_says_otherwise(services, args, flags, metrics):
+    service = {**services["qwen35"], "args": args}
+    argv = build_argv(service)
+    assert argv.count("--enable-metrics") == flags
+    assert served_api(service)["metrics"] is metrics
+
+
+def test_vllm_needs_no_flag_for_metrics(services):
+    service = services["kimi-k25"]
+    assert "--enable-metrics" not in build_argv(service)
+    assert served_api(service)["metrics"] is True
+    assert served_api({**service, "args": {"disable-log-stats": True}})["metrics"] is False
+
+
+@pytest.mark.parametrize(
+    ("engine", "args", "tool", "reasoning"),
+    [
+        ("sglang", {"tool-call-parser": "qwen3_coder", "reasoning-parser": "qwen3"}, "qwen3_coder", "qwen3"),
+        ("sglang", {}, None, None),
+        ("vllm", {"enable-auto-tool-choice": True, "tool-call-parser": "hermes"}, "hermes", None),
+        ("vllm", {"tool-call-parser": "hermes", "reasoning-parser": "qwen3"}, None, "qwen3"),  # no auto tool choice
+        ("vllm", {"enable_auto_tool_choice": True, "--tool-call-parser": "kimi_k2"}, "kimi_k2", None),
+    ],
+)
+def test_served_api_names_the_parsers_the_engine_runs_with(engine, args, tool, reasoning):
+    api = served_api({"engine": engine, "args": args})
+    assert (api["tool_call_parser"], api["reasoning_parser"]) == (tool, reasoning)
 
 
 def test_the_args_mappings_order_does_not_change_the_command_line(services):

@@ -153,6 +153,14 @@ def test_the_checkers_message_is_the_engines_whatever_it_raises():
     assert engine_check.check_args(parser, lambda args: None, ["--n", "1"]) is None
 
 
+def test_the_command_lines_the_role_builds_with_metrics_and_parsers_are_taken(venv, tmp_path):
+    # SGLang serves /metrics only with --enable-metrics, which the role adds to its command lines.
+    sglang_line = sglang(venv, "s", "--enable-metrics", "--reasoning-parser", "qwen3", "--tool-call-parser", "hermes")
+    parsers = ("--enable-auto-tool-choice", "--tool-call-parser", "hermes", "--reasoning-parser", "qwen3")
+    result = check([sglang_line, vllm(venv, "v", *parsers)], tmp_path / "c.json")
+    assert not result.get("failed"), result.get("msg")
+
+
 def test_check_mode_asks_but_remembers_nothing(venv, tmp_path):
     result = check([vllm(venv)], tmp_path / "c.json", _ansible_check_mode=True)
     assert not result.get("failed") and result["services"][0]["checked"]

@@ -50,6 +50,13 @@ def test_reference_services_planned_with_units_and_conflicts(services):
     )
     assert "--api-key" not in by_name["qwen35"]["exec_start"]
     assert by_name["qwen35"]["engine"] == "sglang"
+    assert " --enable-metrics " in by_name["qwen35"]["exec_start"]
+    assert by_name["qwen35"]["api"] == {"tool_call_parser": "qwen3_coder", "reasoning_parser": "qwen3", "metrics": True}
+    assert by_name["minimax-m25"]["api"] == {
+        "tool_call_parser": "minimax_m2",
+        "reasoning_parser": "minimax_m2_append_think",
+        "metrics": True,
+    }
     assert '"CUDA_VISIBLE_DEVICES=0,1,2,3"' in by_name["minimax-m25"]["environment_lines"]
 
 
@@ -201,6 +208,281 @@ def test_smoke_judges_answers(answer, expect, problem):
 def test_smoke_names_reasoning_that_used_up_max_tokens():
     assert SMOKE.judge({"answer": None, "reasoning_chars": 900}, "x") == (
         "content empty: the model spent max_tokens on reasoning"
+    )
+
+
+class FakeService:
+    """The service's HTTP answers by path, as client.exchange gives them; records what was asked."""
+
+    def __init__(self, answers):
+        self.answers, self.asked = answers, []
+
+    def __call__(self, path, body=None):
+        self.asked.append(path)
+        status, reply = self.answers.get(path, (404, {"detail": "Not Found"}))
+        if callable(reply):
+            reply = reply(body)
+        text = reply if isinstance(reply, str) else json.dumps(reply)
+        return status, text, None if isinstance(reply, str) else reply
+
+
+def chat_reply(content="42", finish="stop", **message):
+    return {"choices": [{"message": {"role": "assistant", "content": content, **message}, "finish_reason": finish}]}
+
+
+ONE_TOKEN = (200, {"choices": [{"text": " Paris", "finish_reason": "length"}], "usage": {"completion_tokens": 1}})
+VLLM_METRICS = (
+    "# HELP vllm:num_requests_running Number of requests in model execution batches.\n"
+    "# TYPE vllm:num_requests_running gauge\n"
+    'vllm:num_requests_running{engine="0",model_name="M"} 0.0\n'
+    'vllm:num_requests_running{engine="1",model_name="M"} 2.0\n'
+    'vllm:request_success_total{engine="0",finished_reason="stop",model_name="M"} 7.0\n'
+)
+
+
+def smoke_params(**extra):
+    params = {
+        "model": "M",
+        "service": "svc",
+        "engine": "vllm",
+        "tool_call_parser": None,
+        "reasoning_parser": None,
+        "metrics": True,
+        "max_tokens": 256,
+        "reasoning_max_tokens": 4096,
+        "prompts": [{"prompt": "What is 17 + 25?", "expect": "42"}],
+    }
+    return {**params, **extra}
+
+
+@pytest.mark.parametrize(
+    ("completion", "problem"),
+    [
+        (ONE_TOKEN, ""),
+        (
+            (500, {"error": {"message": "EngineCore encountered an issue.", "type": "InternalServerError"}}),
+            "(POST /v1/completions, max_tokens 1) answered HTTP 500: EngineCore encountered an issue.",
+        ),
+        ((503, "Service Unavailable"), "answered HTTP 503: Service Unavailable"),
+        (
+            (200, {"choices": [{"text": "", "finish_reason": "stop"}], "usage": {"completion_tokens": 0}}),
+            "came back with 0 generated tokens (usage.completion_tokens), text '', finish_reason 'stop'",
+        ),
+        ((200, {"choices": [{"text": " x"}]}), "came back with None generated tokens"),
+    ],
+)
+def test_smoke_one_token_completion(completion, problem):
+    result = SMOKE.one_token(FakeService({"/v1/completions": completion}), "M")
+    assert result["ok"] is (not problem)
+    assert problem in result["problem"]
+
+
+def test_smoke_stops_at_a_dead_engine_and_names_the_service_and_what_came_back():
+    dead = (500, {"object": "error", "message": "EngineCore encountered an issue. See stack trace (above)."})
+    service = FakeService({"/v1/completions": dead, "/health": (200, {})})
+    ok, message, values = SMOKE.run_checks(service, smoke_params())
+    assert not ok and service.asked == ["/v1/completions"]
+    assert message.startswith("svc: the one-token completion (POST /v1/completions, max_tokens 1) answered HTTP 500: ")
+    assert "EngineCore encountered an issue. See stack trace (above). Nothing else was asked" in message
+    assert values["completion"]["ok"] is False
+
+
+def test_smoke_message_has_one_part_per_check():
+    tool_call = {"type": "function", "function": {"name": "get_weather", "arguments": '{"city": "paris"}'}}
+
+    def answer(body):
+        if body.get("tools"):
+            return chat_reply(None, "tool_calls", tool_calls=[tool_call], reasoning="The user wants the weather.")
+        return chat_reply("42", reasoning="17 + 25 is 42, I add.")
+
+    service = FakeService(
+        {"/v1/completions": ONE_TOKEN, "/v1/chat/completions": (200, answer), "/metrics": (200, VLLM_METRICS)}
+    )
+    ok, message, values = SMOKE.run_checks(service, smoke_params(tool_call_parser="hermes", reasoning_parser="qwen3"))
+    assert ok, message
+    assert message == (
+        '1/1 prompts answered well; tool call get_weather {"city": "paris"}; reasoning split (21 chars); '
+        "one-token completion ok; vllm:num_requests_running 2"
+    )
+    assert values["metric"] == {
+        "checked": True,
+        "ok": True,
+        "name": "vllm:num_requests_running",
+        "value": 2.0,
+        "problem": "",
+    }
+    assert values["tool_call"]["arguments"] == {"city": "paris"}
+
+
+def test_smoke_skips_what_the_command_line_does_not_promise():
+    service = FakeService({"/v1/completions": ONE_TOKEN, "/v1/chat/completions": (200, chat_reply("42"))})
+    ok, message, values = SMOKE.run_checks(service, smoke_params(metrics=False))
+    assert ok, message
+    assert message == (
+        "1/1 prompts answered well; tool call not checked (no tool-call parser); "
+        "reasoning not checked (no reasoning parser); one-token completion ok; "
+        "metrics not checked (the engine runs without them)"
+    )
+    assert service.asked == ["/v1/completions", "/v1/chat/completions"]
+    assert values["tool_call"] == {"checked": False} and values["metric"] == {"checked": False}
+
+
+@pytest.mark.parametrize(
+    ("message", "finish", "problem"),
+    [
+        ({"tool_calls": [{"function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]}, "tool_calls", ""),
+        ({"tool_calls": [{"function": {"name": "get_weather", "arguments": {"city": "PARIS"}}}]}, "tool_calls", ""),
+        (
+            {"content": '<tool_call>{"name": "get_weather"}</tool_call>', "tool_calls": []},
+            "stop",
+            "no tool call in message.tool_calls (finish_reason 'stop', content '<tool_call>{\"name\"",
+        ),
+        ({"tool_calls": None}, "length", "no tool call in message.tool_calls (finish_reason 'length', no content)"),
+        ({"tool_calls": [{"function": {"name": "get_time", "arguments": "{}"}}]}, "tool_calls", "'get_time', not"),
+        (
+            {"tool_calls": [{"function": {"name": "get_weather", "arguments": "{city: Paris"}}]},
+            "tool_calls",
+            "the arguments are not JSON: '{city: Paris'",
+        ),
+        (
+            {"tool_calls": [{"function": {"name": "get_weather", "arguments": '["Paris"]'}}]},
+            "tool_calls",
+            "not a JSON object",
+        ),
+        (
+            {"tool_calls": [{"function": {"name": "get_weather", "arguments": '{"city": "Lyon"}'}}]},
+            "tool_calls",
+            'the arguments {"city": "Lyon"} do not name the city Paris',
+        ),
+        (
+            {"tool_calls": [{"function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+            "stop",
+            "finish_reason is 'stop', not 'tool_calls'",
+        ),
+    ],
+)
+def test_smoke_judges_the_tool_call(message, finish, problem):
+    result = {"answer": message.get("content"), "tool_calls": message.get("tool_calls"), "finish_reason": finish}
+    found, _name, _arguments = SMOKE.judge_tool_call(result)
+    assert (found == "") if not problem else (problem in found), found
+
+
+def test_smoke_asks_the_tool_call_again_when_reasoning_used_up_max_tokens():
+    budgets = []
+
+    def answer(body):
+        budgets.append(body["max_tokens"])
+        if body["max_tokens"] < 1000:
+            return chat_reply(None, "length", reasoning_content="x" * 500)
+        call = {"function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+        return chat_reply(None, "tool_calls", tool_calls=[call])
+
+    entry = SMOKE.check_tool_call(FakeService({"/v1/chat/completions": (200, answer)}), "M", "qwen3_coder", 256, 4096)
+    assert entry["ok"] and entry["retried_for_reasoning"] and budgets == [256, 4096]
+
+
+@pytest.mark.parametrize("parser", ["minimax_m2_append_think", "minimax-append-think"])
+def test_smoke_leaves_reasoning_kept_in_the_content_on_purpose(parser):
+    answer = chat_reply("<think>17 + 25 is 42</think>42")
+    service = FakeService({"/v1/completions": ONE_TOKEN, "/v1/chat/completions": (200, answer)})
+    ok, message, values = SMOKE.run_checks(service, smoke_params(reasoning_parser=parser, metrics=False))
+    assert ok, message
+    assert f"; reasoning not checked ({parser} keeps it in the content);" in message
+    assert values["reasoning"] == {"checked": False}
+
+
+@pytest.mark.parametrize(
+    ("answers", "ok", "problem"),
+    [
+        ([("Paris", 31), ("42", 0)], True, ""),
+        ([("Paris", 0), ("42", 0)], False, "no answer carried message.reasoning_content or message.reasoning"),
+        ([("<think>hmm</think>Paris", 0), ("42", 9)], False, "has <think>/</think> in its content"),
+        ([("Paris</think>", 12)], False, "has <think>/</think> in its content"),
+    ],
+)
+def test_smoke_judges_the_reasoning_split(answers, ok, problem):
+    results = [{"prompt": f"q{i}", "answer": a, "reasoning_chars": n} for i, (a, n) in enumerate(answers)]
+    verdict = SMOKE.judge_reasoning(results, "qwen3")
+    assert verdict["ok"] is ok and problem in verdict["problem"]
+    if ok:
+        assert verdict["chars"] == 31
+
+
+@pytest.mark.parametrize(
+    ("engine", "answer", "expected"),
+    [
+        ("vllm", (200, VLLM_METRICS), ("vllm:num_requests_running", 2.0)),
+        (None, (200, VLLM_METRICS), ("vllm:num_requests_running", 2.0)),
+        (
+            "sglang",
+            (200, 'sglang:gen_throughput{tp_rank="0"} 12.5\nsglang:num_running_reqs{model_name="M"} 1\n'),
+            ("sglang:num_running_reqs", 1.0),
+        ),
+        ("sglang", (200, "sglang:cache_hit_rate 0.25\n"), ("sglang:cache_hit_rate", 0.25)),
+        ("sglang", (200, VLLM_METRICS), "GET /metrics has no sglang:* metric (3 samples of others)"),
+        ("vllm", (200, "# nothing\npython_info 1.0\n"), "GET /metrics has no vllm:* metric (1 samples of others)"),
+        (
+            "sglang",
+            (404, {"detail": "Not Found"}),
+            "GET /metrics answered HTTP 404: Not Found (SGLang serves /metrics only with --enable-metrics)",
+        ),
+        ("vllm", (401, {"error": "Unauthorized"}), "GET /metrics answered HTTP 401: Unauthorized"),
+    ],
+)
+def test_smoke_reads_one_engine_metric(engine, answer, expected):
+    result = SMOKE.check_metrics(FakeService({"/metrics": answer}), engine)
+    if isinstance(expected, tuple):
+        assert result["ok"] and (result["name"], result["value"]) == expected
+    else:
+        assert not result["ok"] and result["problem"] == expected
+
+
+def test_smoke_reports_metric_values_as_a_person_reads_them():
+    assert [SMOKE.number(v) for v in (0.0, 7.0, 0.25, 123456789.0, float("nan"))] == [
+        "0",
+        "7",
+        "0.25",
+        "123456789",
+        "nan",
+    ]
+
+
+@pytest.fixture
+def standin_with_parsers(tmp_path):
+    port = free_port()
+    secret = tmp_path / "s.secret.env"
+    secret.write_text('INFERHOST_API_KEY="k3y"\n')
+    argv = [sys.executable, str(ENGINE_DIR / "openai_standin.py"), "serve", "/m/Served", "--port", str(port)]
+    parsers = ["--enable-auto-tool-choice", "--tool-call-parser", "hermes", "--reasoning-parser", "qwen3"]
+    proc = subprocess.Popen([*argv, "--api-key", "k3y", *parsers], stdout=subprocess.DEVNULL)
+    wait_listening(port)
+    yield f"http://127.0.0.1:{port}", secret
+    proc.kill()
+    proc.wait()
+
+
+def test_smoke_module_against_the_stand_in_in_check_mode_too(standin_with_parsers):
+    url, secret = standin_with_parsers
+    args = {
+        "url": url,
+        "model": "Served",
+        "service": "lab",
+        "engine": "vllm",
+        "tool_call_parser": "hermes",
+        "reasoning_parser": "qwen3",
+        "secret_file": str(secret),
+        "prompts": [{"prompt": "What is the capital of France? Answer in one word.", "expect": "Paris"}],
+    }
+    for check_mode in (False, True):  # it changes nothing, so check mode asks the same
+        result = run_module(SMOKE, args, check_mode=check_mode)
+        assert not result.get("failed") and result["changed"] is False, result["msg"]
+        assert result["msg"].startswith('1/1 prompts answered well; tool call get_weather {"city": "Paris"}; ')
+        assert "; reasoning split (" in result["msg"]
+        assert result["msg"].endswith("; one-token completion ok; vllm:num_requests_running 0")
+    without_key = run_module(SMOKE, {**args, "secret_file": None})
+    assert without_key["failed"]
+    assert without_key["msg"].startswith(
+        "lab: the one-token completion (POST /v1/completions, max_tokens 1) answered HTTP 401"
     )
 
 

@@ -6,6 +6,7 @@ import shutil
 import subprocess
 import sys
 import time
+import urllib.request
 
 import pytest
 from inference_refdata import MODELS, REFERENCE, ROOT
@@ -105,15 +106,58 @@ def test_validate_checks_nccl_and_answers(site, standin):
     rc, out = playbook(site, "validate.yml", validate_checks=["nccl", "smoke"])
     assert rc == 0, out[-4000:]
     assert '"NCCL_PROTO": "LL"' in out and '"NCCL_ALGO": "Ring"}, as the inventory says' in out
-    assert "3/3 prompts answered well" in out
+    assert (
+        "3/3 prompts answered well; tool call not checked (no tool-call parser); reasoning not checked (no reasoning "
+        "parser); one-token completion ok; vllm:num_requests_running 0"
+    ) in out
     assert "What is 17 + 25? Answer with the number only. -> 42" in out
 
 
-def test_validate_reports_reasoning_models_that_spend_max_tokens_on_reasoning(site, standin):
-    standin(env={"STANDIN_REASONING": "1", "STANDIN_REASONING_TOKENS": "300"})
-    rc, out = playbook(site, "validate.yml", validate_checks=["smoke"])
+def with_args(site, **args):
+    """The site's service with these engine args."""
+    return [{**site["vars"]["inference_service_services"][0], "args": args}]
+
+
+def test_validate_asks_for_the_tool_call_and_the_reasoning_the_command_line_promises(site, standin):
+    # As the lab's CPU vLLM runs: a reasoning model that spends max_tokens on reasoning at first.
+    parsers = {"reasoning-parser": "qwen3", "enable-auto-tool-choice": True, "tool-call-parser": "hermes"}
+    standin(
+        *[f"--{k}" if v is True else f"--{k}={v}" for k, v in parsers.items()], env={"STANDIN_REASONING_TOKENS": "300"}
+    )
+    rc, out = playbook(
+        site, "validate.yml", validate_checks=["smoke"], inference_service_services=with_args(site, **parsers)
+    )
     assert rc == 0, out[-4000:]
-    assert "3 answered only after the model had spent max_tokens on reasoning (content null)" in out
+    assert (
+        "3/3 prompts answered well; 3 answered only after the model had spent max_tokens on reasoning (content null), "
+        'given 4096 tokens the second time; tool call get_weather {"city": "Paris"}; reasoning split ('
+    ) in out
+    assert "; one-token completion ok; vllm:num_requests_running 0" in out
+
+
+def test_validate_fails_when_the_service_promises_what_the_engine_does_not_do(site, standin):
+    standin()  # no parser on the engine's command line, whatever the inventory says
+    parsers = {"reasoning-parser": "qwen3", "enable-auto-tool-choice": True, "tool-call-parser": "hermes"}
+    rc, out = playbook(
+        site, "validate.yml", validate_checks=["smoke"], inference_service_services=with_args(site, **parsers)
+    )
+    assert rc != 0
+    assert "mm: 3/3 prompts answered well; tool call failed; reasoning not split; one-token completion ok" in out
+    assert '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set' in out
+
+
+def test_validate_fails_at_once_when_generation_is_dead_though_health_answers(site, standin):
+    standin()
+    url = f"http://127.0.0.1:{site['port']}"
+    urllib.request.urlopen(urllib.request.Request(url + "/standin/generation-dead", data=b"{}"), timeout=10).close()
+    with urllib.request.urlopen(url + "/health", timeout=10) as health:
+        assert health.status == 200
+    rc, out = playbook(site, "validate.yml", validate_checks=["smoke"])
+    assert rc != 0
+    assert (
+        "mm: the one-token completion (POST /v1/completions, max_tokens 1) answered HTTP 500: EngineCore encountered "
+        "an issue. See stack trace (above) for the root cause. Nothing else was asked"
+    ) in out
 
 
 def test_validate_fails_on_a_wrong_answer_and_on_missing_nccl_settings(site, standin):

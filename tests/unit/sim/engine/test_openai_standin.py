@@ -169,15 +169,190 @@ def test_ignore_eos_runs_to_max_tokens(standin):
     assert choice["finish_reason"] == "length"
 
 
-def test_reasoning_mode_spends_max_tokens_on_reasoning(standin):
-    server = standin("serve", "/m/M", env={"STANDIN_REASONING": "1", "STANDIN_REASONING_TOKENS": "50"})
+@pytest.mark.parametrize(
+    ("argv", "field"),
+    [
+        (["serve", "/m/M", "--reasoning-parser", "qwen3"], "reasoning"),  # vLLM's field since the recorded release
+        (["--model-path", "/m/M", "--reasoning-parser", "qwen3"], "reasoning_content"),  # SGLang's
+    ],
+)
+def test_a_reasoning_parser_separates_the_reasoning_and_max_tokens_can_run_out_in_it(standin, argv, field):
+    server = standin(*argv, env={"STANDIN_REASONING_TOKENS": "50"})
     server.wait_ready()
     message = chat(server, max_tokens=32)[1]["choices"][0]
     assert message["message"]["content"] is None
-    assert len(message["message"]["reasoning_content"].split()) == 32
+    assert len(message["message"][field].split()) == 32
     assert message["finish_reason"] == "length"
     roomy = chat(server, max_tokens=200)[1]["choices"][0]
     assert roomy["message"]["content"] and roomy["finish_reason"] == "stop"
+    assert "<think>" not in roomy["message"]["content"] and len(roomy["message"][field].split()) == 50
+
+
+@pytest.mark.parametrize(
+    ("argv", "env"),
+    [
+        (["serve", "/m/M"], {"STANDIN_REASONING": "1"}),
+        (["serve", "/m/M", "--reasoning-parser", "minimax_m2_append_think"], {}),  # keeps it there on purpose
+    ],
+)
+def test_a_reasoning_model_without_a_separating_parser_thinks_in_the_content(standin, argv, env):
+    server = standin(*argv, env={**env, "STANDIN_REASONING_TOKENS": "5"})
+    server.wait_ready()
+    body = {"model": "M", "messages": [{"role": "user", "content": "What is 17 + 25?"}], "max_tokens": 64}
+    message = json.loads(server.request("/v1/chat/completions", body)[1])["choices"][0]["message"]
+    assert message["content"].startswith("<think>\n") and message["content"].endswith("</think>\n\n42")
+    assert message["reasoning"] is None
+
+
+def test_max_tokens_is_honoured_and_refused_below_what_the_engine_takes(standin):
+    server = standin("serve", "/m/M")
+    server.wait_ready()
+    choice = chat(server, max_tokens=3)[1]["choices"][0]
+    assert len(choice["message"]["content"].split()) == 3 and choice["finish_reason"] == "length"
+    status, reply = chat(server, max_tokens=0)
+    assert status == 400 and reply["message"] == "max_tokens must be at least 1, got 0."
+    body = {"model": "M", "messages": [{"role": "user", "content": "What is the capital of France?"}], "max_tokens": 8}
+    short = json.loads(server.request("/v1/chat/completions", body)[1])
+    assert short["choices"][0]["finish_reason"] == "stop" and short["usage"]["completion_tokens"] == 6
+
+
+def test_one_token_completion(standin):
+    server = standin("serve", "/m/M")
+    server.wait_ready()
+    status, text = server.request(
+        "/v1/completions", {"model": "M", "prompt": "The capital of France is", "max_tokens": 1}
+    )
+    assert status == 200
+    reply = json.loads(text)
+    assert reply["object"] == "text_completion" and reply["usage"]["completion_tokens"] == 1
+    assert len(reply["choices"][0]["text"].split()) == 1 and reply["choices"][0]["finish_reason"] == "length"
+    default = json.loads(server.request("/v1/completions", {"model": "M", "prompt": "Once"})[1])
+    assert default["usage"]["completion_tokens"] == 16  # the engines' default max_tokens for completions
+    assert server.request("/v1/completions", {"model": "M", "max_tokens": 1})[0] == 400
+    streamed = server.request("/v1/completions", {"model": "M", "prompt": "Once", "max_tokens": 2, "stream": True})[1]
+    events = [line[6:] for line in streamed.splitlines() if line.startswith("data: ")]
+    assert events[-1] == "[DONE]" and json.loads(events[-2])["choices"][0]["finish_reason"] == "length"
+
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+
+
+def ask_weather(server, **extra):
+    body = {
+        "model": "M",
+        "messages": [{"role": "user", "content": "What is the weather in Paris?"}],
+        "max_tokens": 64,
+        "tools": [WEATHER],
+        **extra,
+    }
+    status, text = server.request("/v1/chat/completions", body)
+    return status, json.loads(text)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["serve", "/m/M", "--enable-auto-tool-choice", "--tool-call-parser", "hermes"],
+        ["--model-path", "/m/M", "--tool-call-parser", "hermes"],
+    ],
+)
+def test_a_tool_call_parser_returns_the_call_parsed(standin, argv):
+    server = standin(*argv)
+    server.wait_ready()
+    status, reply = ask_weather(server)
+    assert status == 200
+    choice = reply["choices"][0]
+    assert choice["finish_reason"] == "tool_calls" and choice["message"]["content"] is None
+    call = choice["message"]["tool_calls"][0]
+    assert call["type"] == "function" and call["function"]["name"] == "get_weather"
+    assert json.loads(call["function"]["arguments"]) == {"city": "Paris"}
+    named = ask_weather(server, tool_choice={"type": "function", "function": {"name": "get_weather"}})[1]
+    assert named["choices"][0]["finish_reason"] == "stop" and named["choices"][0]["message"]["tool_calls"]
+    declined = ask_weather(server, tool_choice="none")[1]["choices"][0]
+    assert declined["finish_reason"] == "stop" and not declined["message"]["tool_calls"]
+    unrelated = {"type": "function", "function": {"name": "get_time", "parameters": {}}}
+    answered = ask_weather(server, tools=[unrelated])[1]["choices"][0]  # auto: the model answers instead
+    assert answered["finish_reason"] == "stop" and answered["message"]["content"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["serve", "/m/M"], '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set'),
+        (["serve", "/m/M", "--tool-call-parser", "hermes"], '"auto" tool choice requires --enable-auto-tool-choice'),
+    ],
+)
+def test_vllm_without_auto_tool_choice_refuses_tools_as_vllm_does(standin, argv, message):
+    server = standin(*argv)
+    server.wait_ready()
+    status, reply = ask_weather(server)
+    assert status == 400 and message in reply["message"]
+    status, reply = ask_weather(server, tool_choice="required")
+    assert status == 400 and reply["message"] == 'tool_choice="required" requires --tool-call-parser to be set'
+    assert ask_weather(server, tool_choice="none")[0] == 200
+
+
+def test_sglang_without_a_tool_call_parser_returns_the_models_text(standin):
+    server = standin("--model-path", "/m/M")
+    server.wait_ready()
+    choice = ask_weather(server)[1]["choices"][0]
+    assert choice["finish_reason"] == "stop" and choice["message"]["tool_calls"] is None
+    assert choice["message"]["content"].startswith("<tool_call>") and '"city": "Paris"' in choice["message"]["content"]
+
+
+def metrics(server, key=None):
+    status, text = server.request("/metrics", key=key)
+    samples = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name = line.split("{")[0].split()[0]
+            samples[name] = samples.get(name, 0) + float(line.rsplit(" ", 1)[1])
+    return status, samples
+
+
+def test_vllm_metrics_count_requests_and_need_no_key(standin):
+    server = standin("serve", "/m/M", "--api-key", "s3cret")
+    server.wait_ready()
+    status, samples = metrics(server)
+    assert status == 200 and samples["vllm:num_requests_running"] == 0
+    body = {"model": "M", "messages": [{"role": "user", "content": "17 + 25?"}], "max_tokens": 64}
+    assert server.request("/v1/chat/completions", body, key="s3cret")[0] == 200
+    samples = metrics(server, key="s3cret")[1]
+    assert samples["vllm:request_success_total"] == 1 and samples["vllm:generation_tokens_total"] == 1
+
+
+def test_vllm_without_log_stats_serves_no_engine_metrics(standin):
+    server = standin("serve", "/m/M", "--disable-log-stats")
+    server.wait_ready()
+    status, samples = metrics(server)
+    assert status == 200 and samples and not [n for n in samples if n.startswith("vllm:")]
+
+
+def test_sglang_serves_metrics_only_with_enable_metrics(standin):
+    server = standin("--model-path", "/m/M")
+    server.wait_ready()
+    assert server.request("/metrics")[0] == 404
+    metered = standin("--model-path", "/m/M", "--enable-metrics")
+    metered.wait_ready()
+    status, samples = metrics(metered)
+    assert status == 200 and samples["sglang:num_running_reqs"] == 0
+
+
+def test_dead_generation_keeps_health_and_models_answering(standin):
+    server = standin("serve", "/m/M")
+    server.wait_ready()
+    assert server.request("/standin/generation-dead", {})[0] == 200
+    assert server.request("/health")[0] == 200 and server.request("/v1/models")[0] == 200
+    status, text = server.request("/v1/completions", {"model": "M", "prompt": "x", "max_tokens": 1})
+    assert status == 500 and "EngineCore encountered an issue" in text
+    assert chat(server)[0] == 500
+    assert chat(server, max_tokens=0)[0] == 400  # the request is refused before the engine is asked
 
 
 def test_streaming_sends_one_event_per_token_and_usage(standin):
