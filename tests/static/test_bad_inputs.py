@@ -120,15 +120,6 @@ BUILD_ENTRY = {
     "gb_per_thread": 5,
 }
 ENV_ENTRY = {"name": "sglang", "path": "/opt/venvs/sglang", "python": "3.12", "steps": [{"packages": ["sglang"]}]}
-# A whole environment: the lab's guests declare none (python_env_environments: []), and the rules that compare
-# a service's environment with the guest's environments hold only where the guest declares some.
-STANDIN_ENV = {
-    **ENV_ENTRY,
-    "name": "standin",
-    "path": "/opt/venvs/standin",
-    "steps": [{"name": "engine", "packages": ["vllm"]}],
-}
-
 CASES = [
     # Misspelt or undeclared names: Ansible would ignore them without a word.
     Case("active-misspelt", SERVICE, rename("inference_service_active", "inference_service_activ"), "inference_service_activ"),
@@ -150,7 +141,7 @@ CASES = [
     Case("service-tp-does-not-divide", SERVICE, service(tensor_parallel_size=3), "tensor_parallel_size"),
     Case("service-fp8-kv-without-opt-in", SERVICE, service(kv_cache_dtype="fp8"), "inference_service_services[0]"),
     Case("service-port", SERVICE, service(port=70000), "inference_service_services[0].port"),
-    Case("service-name-twice", SERVICE, second_service("lab-standin"), "inference_service_services[1].name"),
+    Case("service-name-twice", SERVICE, second_service("lab-vllm"), "inference_service_services[1].name"),
     Case("service-known-bad-backend", SERVICE, service(env={"VLLM_ATTENTION_BACKEND": "FLASHINFER"}), "inference_service_services[0]"),
     Case("load-timeout-type", SERVICE, put("inference_service_load_timeout_s", "forty minutes"), "inference_service_load_timeout_s"),
     Case("hardware-type", SERVICE, put("inference_service_hardware", "8 GPUs"), "inference_service_hardware"),
@@ -166,10 +157,9 @@ CASES = [
     Case("python-env-audit-choice", PYENV, put("python_env_audit", "maybe"), "python_env_audit"),
     Case("cuda-default-not-listed", CUDA, lambda d: d.update(cuda_toolkit_versions=["12.8"], cuda_toolkit_default="12.4"), "cuda_toolkit_default"),
     Case("cuda-versions-unquoted", VERSIONS, put("inferhost_cuda_versions", [12.8, 13.0]), "inferhost_cuda_versions"),
-    Case("service-environment-typo", SERVICE, service(environment="/opt/venvs/standn"), "inference_service_services[0].environment",
-         also={PYENV: put("python_env_environments", [STANDIN_ENV])}),  # fmt: skip
+    Case("service-environment-typo", SERVICE, service(environment="/opt/venvs/vlm"), "inference_service_services[0].environment"),
     Case("build-cuda-home-not-installed", BUILD, put("source_build_builds", [{**BUILD_ENTRY, "cuda_home": "/usr/local/cuda-12.4"}]), "source_build_builds[0].cuda_home"),
-    Case("python-version-float", PYENV, put("python_env_environments", [{**STANDIN_ENV, "python": 3.10}]), "python_env_environments[0].python"),
+    Case("python-version-float", PYENV, lambda d: d["python_env_environments"][0].update(python=3.10), "python_env_environments[0].python"),
     Case("capability-without-dot", SERVICE, lambda d: d["inference_service_hardware"].update(compute_capability="120"), "inference_service_hardware.compute_capability"),
     # Versions, addresses, guests.
     Case("driver-version-short", VERSIONS, put("inferhost_nvidia_driver_version", "590.48"), "inferhost_nvidia_driver_version"),
@@ -306,7 +296,7 @@ def test_a_string_for_the_gpus_is_named_as_such(runs):
         ("python-version-float", 'Fix: python: "3.10".'),
         ("capability-without-dot", 'Fix: compute_capability: "12.0".'),
         ("gpu-audio-function", 'Fix: address: "0000:01:00.0".'),
-        ("service-environment-typo", "Fix: environment: /opt/venvs/standin."),
+        ("service-environment-typo", "Fix: environment: /opt/venvs/vllm."),
         ("build-cuda-home-not-installed", "Fix: cuda_home: /usr/local/cuda-"),
     ],
 )

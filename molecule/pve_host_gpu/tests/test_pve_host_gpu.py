@@ -33,9 +33,7 @@ def test_grub_host_gets_a_dropin_and_one_update_grub(host, release):
         dropin.content_string
     )
     # The stand-in update-grub sources /etc/default/grub and the drop-ins as grub-mkconfig does.
-    assert calls(host, "update-grub") == [
-        "update-grub  => GRUB_CMDLINE_LINUX_DEFAULT=quiet iommu=pt pcie_aspm=off"
-    ]
+    assert calls(host, "update-grub") == ["update-grub  => GRUB_CMDLINE_LINUX_DEFAULT=quiet iommu=pt pcie_aspm=off"]
     assert calls(host, "proxmox-boot-tool refresh") == [], "no ESPs here: nothing to refresh"
     assert not host.file("/etc/kernel/cmdline").exists
 
