@@ -76,8 +76,12 @@ def vllm_engine():
         from vllm.utils.argparse_utils import FlexibleArgumentParser
     except ImportError:  # releases before 0.12 kept it in vllm.utils
         from vllm.utils import FlexibleArgumentParser
-    from vllm.entrypoints.openai.api_server import validate_api_server_args
-    from vllm.entrypoints.openai.cli_args import make_arg_parser, validate_parsed_serve_args
+    try:  # later releases keep the server's setup in the launchers package
+        from vllm.entrypoints.launchers.cli_args import make_arg_parser, validate_parsed_serve_args
+        from vllm.entrypoints.launchers.launcher import validate_api_server_args
+    except ImportError:
+        from vllm.entrypoints.openai.api_server import validate_api_server_args
+        from vllm.entrypoints.openai.cli_args import make_arg_parser, validate_parsed_serve_args
     from vllm.model_executor.models import ModelRegistry
     from vllm.reasoning import ReasoningParserManager
     from vllm.tool_parsers import ToolParserManager
