@@ -62,7 +62,8 @@ class ActionModule(ActionBase):
                 health=probe.get("health"),
                 ready=bool(probe.get("ready")),
             )
-            if probe.get("ready") and active == "active":
+            # "?": no systemd answered for the unit (a service run by hand): the model served is the answer.
+            if probe.get("ready") and active in ("active", "?"):
                 result.update(changed=False, msg=f"{args['model']} is served after {fmt(elapsed)}")
                 return result
             if self._task.check_mode:

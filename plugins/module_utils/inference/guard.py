@@ -243,9 +243,21 @@ def cmd_wait_free(args):
         time.sleep(0.5)
 
 
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: there
+        return True
+    return True
+
+
 def cmd_ready(args):
     """ExecStartPost: wait until the service serves the model (the unit's API key from its environment)."""
     key = os.environ.get(KEY_VAR) or None
+    # systemd gives ExecStartPost the engine's pid: an engine that has exited will never serve.
+    main_pid = int(os.environ.get("MAINPID") or 0)
     start = time.monotonic()
     last = -args.log_every
     while True:
@@ -255,6 +267,9 @@ def cmd_ready(args):
             log(f"{args.model} is ready after {elapsed:.0f} s")
             return 0
         seen = f"health {state['health']}, models {state['models_status']}"
+        if main_pid and not _alive(main_pid):
+            log(f"the engine (pid {main_pid}) exited after {elapsed:.0f} s without serving {args.model} ({seen})")
+            return 1
         if elapsed >= args.timeout:
             log(f"{args.model} not ready after {args.timeout:g} s ({seen})")
             return 1

@@ -3,6 +3,7 @@
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 from gpu_switch.holders import Holder
@@ -199,3 +200,18 @@ def test_the_marker_says_whose_a_holder_is(tmp_path):
     assert f"; unit {UNIT}) holds" in str(held)
     plain = guard.ownership(str(proc), fake_process(proc, 79, "0::/user.slice\n", environ=b"PATH=/usr/bin\0"))
     assert plain.marker == "" and not plain.belongs_to(UNIT) and "; no inference unit) holds" in str(plain)
+
+
+def test_ready_stops_waiting_when_the_engine_has_exited(monkeypatch, capsys):
+    """An engine that died while loading never serves: the wait ends there, not at its timeout."""
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    monkeypatch.setenv("MAINPID", str(gone.pid))
+    url = f"http://127.0.0.1:{free_port()}"
+    start = time.monotonic()
+    assert guard.main(["ready", "--url", url, "--model", "M", "--interval", "0.1", "--timeout", "30"]) == 1
+    assert time.monotonic() - start < 10
+    assert f"the engine (pid {gone.pid}) exited after 0 s without serving M" in capsys.readouterr().out
+    monkeypatch.setenv("MAINPID", str(os.getpid()))  # alive: the wait goes on to its timeout
+    assert guard.main(["ready", "--url", url, "--model", "M", "--interval", "0.1", "--timeout", "0.3"]) == 1
+    assert "M not ready after 0.3 s" in capsys.readouterr().out
