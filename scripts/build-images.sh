@@ -11,8 +11,9 @@ releases=("$@")
 [ ${#releases[@]} -gt 0 ] || releases=(bookworm trixie)
 
 mirror=$("$here/scripts/apt-mirror.sh")
-# openssh-server: the lab reaches its machines over SSH, as a real host is reached.
-packages=systemd,systemd-sysv,dbus,python3,python3-apt,sudo,iproute2,procps,ca-certificates,gnupg,openssh-server
+# openssh-server: the lab reaches its machines over SSH, as a real host is reached. libnuma1: the lab's engine,
+# vLLM's CPU build, loads it (the GPU build does not; a site's guest image has it or gets it with the driver).
+packages=systemd,systemd-sysv,dbus,python3,python3-apt,sudo,iproute2,procps,ca-certificates,gnupg,openssh-server,libnuma1
 # What the image was built from, kept as a label: a new list rebuilds it.
 recipe="$packages; ssh host keys per machine"
 

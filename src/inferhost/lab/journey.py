@@ -9,7 +9,6 @@ the arguments. Each step is timed through Lab.step and fails with a LabError.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import platform
 import shutil
@@ -18,10 +17,10 @@ import time
 from pathlib import Path
 
 from inferhost.runner import PlaybookResult
-from inferhost.sim import ENGINE_DIR, apt_repo
+from inferhost.sim import apt_repo, checkpoint, engine_index
 
 from .api import api_summary, fakepve_pid, remove_fakepve_files, start_fakepve, stop_fakepve
-from .context import CONTAINER_PREFIX, ROOT, STANDIN_REPO, Lab, LabError, pve_host
+from .context import CONTAINER_PREFIX, ENGINE_INDEX, ROOT, STANDIN_REPO, STATE, UV_CACHE, Lab, LabError, pve_host
 from .machines import (
     build_images,
     machine_running,
@@ -34,8 +33,11 @@ from .machines import (
 from .playbooks import cold_fact_cache, left_for_later, playbook
 from .ssh import SSH_DIR, ssh_argv
 
-STANDINS = ENGINE_DIR / "install.yml"
-STANDIN_STAMP = "/opt/standin/.installed"
+# The project's pinned uv (scripts/bootstrap.sh) makes the test checkpoint's trainer environment (torch and
+# transformers at the engine's versions), which makes the checkpoints, one per input (src/inferhost/sim/checkpoint).
+UV = ROOT / ".cache" / "tools" / "bin" / "uv"
+TRAINER = STATE / "trainer"
+CHECKPOINTS = STATE / "checkpoint"
 
 
 # --- the bring-up -----------------------------------------------------------------------------------
@@ -59,37 +61,44 @@ def build_standin_repo(lab: Lab) -> str:
     return "built" if built else "unchanged"
 
 
-def install_standins(lab: Lab) -> str:
-    """What the lab's container stands in for: an engine with a model. On a real host these are the environments
-    python_env builds; the container's GPUs are its host's (start_containers)."""
-    # The machines keep their stand-ins; install them again only when they or their definition changed.
-    stamp = hashlib.sha256(
-        b"".join(
-            p.read_bytes() for p in sorted(STANDINS.parent.rglob("*")) if p.is_file() and "__pycache__" not in p.parts
-        )
-    ).hexdigest()[:16]
-    # A container that is off (the VM holds the GPUs) gets them when it runs again and the lab is brought up.
-    stale = [
-        h
-        for h in sorted(lab.groups.get("inference_containers", []))
-        if machine_running(h)
-        and podman("exec", CONTAINER_PREFIX + h, "cat", STANDIN_STAMP, check=False).stdout.strip() != stamp
-    ]
-    if not stale:
-        return "unchanged"
-    result = playbook(
-        STANDINS,
-        extravars={
-            "standin_hosts": "inference_containers",
-            "standin_models": ["/srv/models/standin-a"],
-            # nccl_tuning writes the real environment file in the lab.
-            "standin_nccl_env": False,
-        },
-        limit=",".join(stale),
-    )
-    for host in stale:
-        podman("exec", CONTAINER_PREFIX + host, "sh", "-c", f"echo {stamp} > {STANDIN_STAMP}")
-    return f"changed={result.changed}"
+def build_engine_index(lab: Lab) -> str:
+    """The stand-in of vLLM's index of CPU wheels (lab_engine_index), mounted in the containers."""
+    aliases = next(iter(lab.hosts.values()))["lab_engine_index"]["aliases"]
+    return "built" if engine_index.build(ENGINE_INDEX, aliases) else "unchanged"
+
+
+CHECKPOINT_STAMP = "/var/lib/inferhost-lab/checkpoint"
+
+
+def served_checkpoints(lab: Lab, host: str) -> list[str]:
+    """Where the host's vLLM services read their checkpoint: the lab puts its test checkpoint there."""
+    return sorted({s["model"]["path"] for s in lab.hosts[host]["inference_service_services"] if s["engine"] == "vllm"})
+
+
+def install_checkpoint(lab: Lab) -> str:
+    """The lab's test checkpoint (src/inferhost/sim/checkpoint: made and trained here once per input), copied
+    where the containers' vLLM services read it, as a site downloads its model before the first converge."""
+    containers = [h for h in sorted(lab.groups.get("inference_containers", [])) if machine_running(h)]
+    if not containers:
+        return "no container runs"
+    try:
+        made = checkpoint.ensure(CHECKPOINTS, checkpoint.ensure_trainer(TRAINER, UV, cache=UV_CACHE))
+    except checkpoint.CheckpointError as exc:
+        raise LabError(f"the test checkpoint: {exc}") from exc
+    key = made.name
+    copied = []
+    for host in containers:
+        name = CONTAINER_PREFIX + host
+        if podman("exec", name, "cat", CHECKPOINT_STAMP, check=False).stdout.strip() == key:
+            continue
+        for path in served_checkpoints(lab, host):
+            podman("exec", name, "rm", "-rf", path)
+            podman("exec", name, "mkdir", "-p", str(Path(path).parent))
+            podman("cp", f"{made}/.", f"{name}:{path}")
+            podman("exec", name, "chmod", "-R", "u=rwX,go=rX", path)
+        podman("exec", name, "sh", "-c", f"mkdir -p {Path(CHECKPOINT_STAMP).parent} && echo {key} > {CHECKPOINT_STAMP}")
+        copied.append(host)
+    return f"{made.name}: " + (f"copied to {', '.join(copied)}" if copied else "in place")
 
 
 def bring_up(lab: Lab) -> None:
@@ -99,9 +108,10 @@ def bring_up(lab: Lab) -> None:
     lab.step("base images", build_images, lab)
     lab.step("fake Proxmox API", start_fakepve, lab)
     lab.step("stand-in NVIDIA repository", build_standin_repo, lab)
+    lab.step("stand-in of vLLM's CPU wheel index", build_engine_index, lab)
     lab.step("podman machines", start_containers, lab)
     lab.step("guests powered as the API has them", power_machines, lab)
-    lab.step("stand-in engine", install_standins, lab)
+    lab.step("test checkpoint", install_checkpoint, lab)
 
 
 # --- the stack on the lab ---------------------------------------------------------------------------

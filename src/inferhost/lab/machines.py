@@ -82,6 +82,9 @@ def _machine_argv(lab: Lab, host: str, hv: dict) -> list[str]:
             argv += ["--mount", f'type=bind,src={tree / sub},"dst=/sys/{sub}",ro']
         command = ["/bin/sh", "-c", pve_power.PRESTART_WAIT]
         argv += container_shares(hv)
+        # An LXC container shares its host's /dev/shm (half its memory); podman's default is 64 MB, too small
+        # for the engine's shared-memory queues.
+        argv += ["--shm-size", "2g"]
     return [*argv, f"localhost/debian-systemd:{hv['lab_image_release']}", *command]
 
 

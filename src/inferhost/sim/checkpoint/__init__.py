@@ -75,11 +75,12 @@ def _run(argv: list, what: str, env: dict[str, str] | None = None) -> subprocess
     return proc
 
 
-def ensure_trainer(venv: Path = TRAINER, uv: Path = UV, python: str = "python3") -> Path:
+def ensure_trainer(venv: Path = TRAINER, uv: Path = UV, python: str = "python3", cache: Path | None = None) -> Path:
     """The trainer environment's Python: a venv at `venv` with TRAINER_PACKAGES, made with `uv` the first time.
 
-    `python` is the interpreter uv makes the venv from (never a download). The venv counts as made when its
-    stamp holds the pins; otherwise it is made again from scratch.
+    `python` is the interpreter uv makes the venv from (never a download); `cache`, uv's cache directory (the
+    lab shares one with its containers). The venv counts as made when its stamp holds the pins; otherwise it is
+    made again from scratch.
     """
     venv = Path(venv)
     interpreter = venv / "bin" / "python"
@@ -88,6 +89,8 @@ def ensure_trainer(venv: Path = TRAINER, uv: Path = UV, python: str = "python3")
     if interpreter.exists() and stamp.exists() and stamp.read_text() == wanted:
         return interpreter
     env = trainer_environment()
+    if cache:
+        env["UV_CACHE_DIR"] = str(cache)
     _run([uv, "venv", "--no-config", "--quiet", "--clear", "--python", python, venv], "making the trainer venv", env)
     _run(
         [uv, "pip", "install", "--no-config", "--quiet", "--python", interpreter, *TRAINER_PACKAGES],
