@@ -237,12 +237,42 @@ def test_the_engine_listens_only_on_the_address_the_inventory_gives(lab, deploye
     assert listening == {"0100007F"}, listening
 
 
+def test_the_benchmark_measures_the_service_with_vllms_own_benchmark(lab, deployed, tmp_path):
+    """benchmark.yml as a user runs it, on a short sweep: `vllm bench serve` from the service's environment, one
+    run per level, its JSON fetched, the table, the plot and the ceiling written on the controller."""
+    result = labmod.playbook(
+        labmod.ROOT / "playbooks" / "benchmark.yml",
+        extravars={
+            "benchmark_concurrency": [1, 4],
+            "benchmark_input_tokens": 64,
+            "benchmark_output_tokens": 32,
+            "benchmark_output_dir": str(tmp_path),
+        },
+    )
+    assert result.status == "successful"
+    out = tmp_path / "lab-ct-lab-vllm"
+    assert sorted(p.name for p in out.glob("vllm-c*.json")) == ["vllm-c1.json", "vllm-c4.json"]
+    report = json.loads((out / "benchmark.json").read_text())
+    levels = {lv["concurrency"]: lv for lv in report["result"]["levels"]}
+    assert sorted(levels) == [1, 4]
+    for concurrency, level in levels.items():
+        assert (level["requests"], level["failed"]) == (concurrency * 2, 0), level
+        assert level["output_tok_s"] > 0 and level["ttft_ms"]["median"] > 0, level
+    assert "vllm bench serve" in (out / "benchmark.md").read_text()
+    assert (out / "benchmark.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # Kept for the lab's record: the table of this run.
+    (labmod.STATE / "benchmark.md").write_text((out / "benchmark.md").read_text())
+
+
 def test_the_service_comes_back_when_its_engine_dies(lab, deployed):
     """Restart=on-failure: with vLLM's engine core killed the API server exits, systemd starts the unit again,
     and the role's readiness wait sees the model served again (no change to make)."""
     show = f"systemctl show -p MainPID -p NRestarts {UNIT}"
     before = dict(line.split("=", 1) for line in _on(lab, "lab-ct", show).splitlines())
     _on(lab, "lab-ct", "pkill -KILL -f '^VLLM::EngineCore'")
+    # The API server notices, exits, and systemd schedules the restart (RestartSec): then the role's turn.
+    restarted = f"until [ $(systemctl show -P NRestarts {UNIT}) -gt {before['NRestarts']} ]; do sleep 1; done"
+    _on(lab, "lab-ct", f"timeout 120 sh -c {shlex.quote(restarted)}")
     rc, out = _ansible_playbook("playbooks/container.yml", "--tags", "role::inference_service")
     assert rc == 0 and not re.search(r"changed=[1-9]", out), out[-3000:]
     after = dict(line.split("=", 1) for line in _on(lab, "lab-ct", show).splitlines())

@@ -177,13 +177,13 @@ def deploy_in_order(lab: Lab) -> list[tuple[str, float, str, object]]:
 
 
 def validate(lab: Lab, fact_cache: Path | None = None) -> str:
-    """playbooks/validate.yml against the container's stand-in service (the lab has no driver or CUDA)."""
+    """playbooks/validate.yml's smoke check against the container's service (the lab's GPUs have no driver or CUDA)."""
     result = playbook(
         ROOT / "playbooks" / "validate.yml",
         extravars={"validate_checks": ["smoke"], "validate_hosts": "inference_containers"},
         fact_cache=fact_cache,
     )
-    smoke = result.results_of("Send the prompts through the chat API")
+    smoke = result.results_of("Ask for one token, the prompts, a tool call and a metric")
     if not smoke:
         raise LabError("validate.yml asked no questions: is inference_service_active set for the lab container?")
     return "; ".join(str(r.get("msg", "")) for r in smoke)

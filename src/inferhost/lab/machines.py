@@ -74,6 +74,8 @@ def _machine_argv(lab: Lab, host: str, hv: dict) -> list[str]:
         # Its GPUs are simulated over FUSE (install_gpus), mounted where a host's sysfs has them.
         gpu_tree(host).mkdir(parents=True, exist_ok=True)
         argv += ["--device", "/dev/fuse", "--cap-add", "SYS_ADMIN", "-v", f"{gpu_tree(host)}:/var/lib/inferhost-sim"]
+    if host in lab.groups.get("inference_containers", []) + lab.groups.get("inference_vms", []):
+        argv += guest_shares(hv)
     if host in lab.groups.get("inference_containers", []):
         # The host's PCI devices, read-only, as LXC shows them; device nodes come from its devN entries at each
         # start, made before its init runs (pve_power.pass_devices).
@@ -81,7 +83,6 @@ def _machine_argv(lab: Lab, host: str, hv: dict) -> list[str]:
         for sub in ("bus/pci", "devices/pci0000:00"):
             argv += ["--mount", f'type=bind,src={tree / sub},"dst=/sys/{sub}",ro']
         command = ["/bin/sh", "-c", pve_power.PRESTART_WAIT]
-        argv += container_shares(hv)
         # An LXC container shares its host's /dev/shm (half its memory); podman's default is 64 MB, too small
         # for the engine's shared-memory queues.
         argv += ["--shm-size", "2g"]
@@ -93,9 +94,9 @@ def controller_ca_bundle() -> Path:
     return Path(os.environ.get("SSL_CERT_FILE") or ssl.get_default_verify_paths().openssl_cafile)
 
 
-def container_shares(hv: dict) -> list[str]:
-    """podman run's -v arguments that give a lab container the stand-in engine index, this machine's CA bundle
-    and the uv cache it shares with this machine (lab_engine_index, lab_shared)."""
+def guest_shares(hv: dict) -> list[str]:
+    """podman run's -v arguments that give a lab guest the stand-in engine index, this machine's CA bundle and the
+    uv cache it shares with this machine (lab_engine_index, lab_shared)."""
     UV_CACHE.mkdir(parents=True, exist_ok=True)
     ENGINE_INDEX.mkdir(parents=True, exist_ok=True)
     shared = hv["lab_shared"]
