@@ -19,6 +19,7 @@ same from the same source, so an environment already made from it sees nothing n
 from __future__ import annotations
 
 import base64
+import csv
 import hashlib
 import html
 import io
@@ -37,9 +38,15 @@ def _normalise(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def _record_line(path: str, data: bytes) -> str:
-    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-    return f"{path},sha256={digest},{len(data)}"
+def _record(entries: dict[str, bytes], own: str) -> bytes:
+    """A wheel's RECORD: CSV (a path may hold a comma), each file's sha256 and size, the RECORD itself last."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    for path, data in entries.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        writer.writerow([path, f"sha256={digest}", len(data)])
+    writer.writerow([own, "", ""])
+    return out.getvalue().encode()
 
 
 def source_wheel(project: str, version: str, platform_tag: str, cache: Path) -> Path:
@@ -99,8 +106,7 @@ def repack(source: Path, name: str, version: str) -> tuple[str, bytes]:
                     data = ("\n".join([*lines, f"Tag: {tag}"]) + "\n").encode()
             members[path] = data
             modes[path] = member.external_attr
-    record = [_record_line(path, data) for path, data in members.items()] + [f"{info}/RECORD,,"]
-    members[f"{info}/RECORD"] = ("\n".join(record) + "\n").encode()
+    members[f"{info}/RECORD"] = _record(members, f"{info}/RECORD")
     return f"{dist}-{tag}.whl", _zip(members, modes)
 
 
@@ -133,9 +139,10 @@ def build(outdir: Path, wheels: list[dict]) -> bool:
         tag = source.name.removesuffix(".whl").split("-", 2)[2]
         filename = f"{spec['name'].replace('-', '_')}-{spec['version']}-{tag}.whl"
         target = outdir / "simple" / project / filename
-        # The repacked wheel is kept with the source's sha256 beside it: the same source is not repacked again.
+        # The repacked wheel is kept with the sha256 of its source and of this repacker beside it: the same source
+        # is not repacked again by the same code.
         stamp = target.with_suffix(".source-sha256")
-        source_digest = hashlib.sha256(source.read_bytes()).hexdigest()
+        source_digest = " ".join(hashlib.sha256(p.read_bytes()).hexdigest() for p in (source, Path(__file__)))
         if not (target.exists() and stamp.exists() and stamp.read_text() == source_digest):
             target.parent.mkdir(parents=True, exist_ok=True)
             _, data = repack(source, spec["name"], spec["version"])

@@ -2,7 +2,9 @@
 which uv installs as a site installs upstream's CPU wheel, and does not reinstall on the next run."""
 
 import base64
+import csv
 import hashlib
+import io
 import os
 import subprocess
 import zipfile
@@ -22,6 +24,8 @@ def source_wheel(directory: Path, requires: str = "") -> Path:
     info = "tinyengine_cpu-1.2.0.dist-info"
     files = {
         "tinyengine/__init__.py": b"VERSION = '1.2.0'\n",
+        # A path with a comma, as vLLM's wheel has: RECORD is CSV, the path quoted.
+        "tinyengine/configs/E=8,N=128.json": b"{}\n",
         f"{info}/METADATA": (
             f"Metadata-Version: 2.1\nName: tinyengine-cpu\nVersion: 1.2.0\n{requires}\nthe description\n"
         ).encode(),
@@ -46,7 +50,8 @@ def test_the_repacked_wheel_is_named_and_tagged_as_upstreams_with_a_true_record(
         assert "Name: tinyengine\nVersion: 1.2.0+cpu\n" in metadata and "the description" in metadata
         assert wheel.read(f"{info}/WHEEL").decode().splitlines()[-1] == "Tag: py3-none-any"
         assert not [n for n in wheel.namelist() if n.startswith("tinyengine_cpu-")]
-        record = {line.split(",")[0]: line.split(",")[1] for line in wheel.read(f"{info}/RECORD").decode().splitlines()}
+        rows = csv.reader(io.StringIO(wheel.read(f"{info}/RECORD").decode()))
+        record = {row[0]: row[1] for row in rows}
         for member in wheel.namelist():
             if member != f"{info}/RECORD":
                 digest = base64.urlsafe_b64encode(hashlib.sha256(wheel.read(member)).digest()).rstrip(b"=")
