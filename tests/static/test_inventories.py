@@ -44,6 +44,7 @@ ALLOWED = {
     "inference_service_load_timeout_s": "time: the test checkpoint loads in seconds, the CPU engine starts in minutes",
     "inference_service_start_margin_s": "time: the test checkpoint loads in seconds",
     "inference_service_wait_interval_s": "time: the test checkpoint loads in seconds",
+    "inference_service_restart_sec": "time: tests/lab kills the engine to see systemd bring it back",
     "python_env_environments": (
         "stand-in hardware: vLLM's CPU build on the container's Python (no GPU, no uv-managed Python); none on the"
         " VM, which serves nothing in the lab"
