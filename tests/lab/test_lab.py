@@ -223,7 +223,8 @@ def test_the_key_is_on_no_command_line_and_in_no_environment_another_user_can_re
     assert cmdlines == "", cmdlines
     # And the engine holds it: without it, 401.
     port = _service(lab)["port"]
-    ask = f"import urllib.request as u\ntry: u.urlopen('http://127.0.0.1:{port}/v1/models')\nexcept Exception as e: print(e)"
+    url = f"http://127.0.0.1:{port}/v1/models"
+    ask = f"import urllib.request as u\ntry: u.urlopen('{url}')\nexcept Exception as e: print(e)"
     assert "401" in _on(lab, "lab-ct", f"python3 -c {shlex.quote(ask)}")
     mode = _on(lab, "lab-ct", "stat -c '%a %U' /etc/inferhost/services/lab-vllm.secret.env")
     assert mode == "600 root"
