@@ -275,8 +275,8 @@ def test_the_benchmark_measures_the_service_with_vllms_own_benchmark(lab, deploy
 
 
 def test_the_service_comes_back_when_its_engine_dies(lab, deployed):
-    """Restart=on-failure: with vLLM's engine core killed the API server exits, systemd starts the unit again,
-    and the role's readiness wait sees the model served again (no change to make)."""
+    """Restart=always: with vLLM's engine core killed the API server exits (with status 0, which on-failure would
+    leave down), systemd starts the unit again, and the role's readiness wait sees the model served again."""
     show = f"systemctl show -p MainPID -p NRestarts {UNIT}"
     before = dict(line.split("=", 1) for line in _on(lab, "lab-ct", show).splitlines())
     _on(lab, "lab-ct", "pkill -KILL -f '^VLLM::EngineCore'")

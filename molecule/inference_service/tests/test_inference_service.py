@@ -106,7 +106,7 @@ def test_units_are_rendered_as_designed(host):
         "Type=exec",
         "User=inferhost",
         "KillMode=control-group",
-        "Restart=on-failure",
+        "Restart=always",
         "RestartSec=2",
         "StartLimitBurst=3",
         "TimeoutStartSec=180",
