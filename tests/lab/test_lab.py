@@ -294,7 +294,12 @@ def test_the_service_comes_back_when_its_engine_dies(lab, deployed):
     # 500, or no answer when the server has already gone.
     _on(lab, "lab-ct", f"python3 -c {shlex.quote(ask)}")
     restarted = f"until [ $(systemctl show -P NRestarts {UNIT}) -gt {before['NRestarts']} ]; do sleep 1; done"
-    _on(lab, "lab-ct", f"timeout 120 sh -c {shlex.quote(restarted)}")
+    waited = subprocess.run(
+        [*labmod.ssh_argv(lab, "lab-ct"), f"timeout 300 sh -c {shlex.quote(restarted)}"],
+        capture_output=True,
+        check=False,
+    )
+    assert waited.returncode == 0, _on(lab, "lab-ct", f"journalctl -u {UNIT} --no-pager -n 40")
     rc, out = _ansible_playbook("playbooks/container.yml", "--tags", "role::inference_service")
     assert rc == 0 and not re.search(r"changed=[1-9]", out), out[-3000:]
     after = dict(line.split("=", 1) for line in _on(lab, "lab-ct", show).splitlines())
