@@ -295,7 +295,7 @@ def test_the_service_comes_back_when_its_engine_dies(lab, deployed):
     _on(lab, "lab-ct", f"python3 -c {shlex.quote(ask)}")
     restarted = f"until [ $(systemctl show -P NRestarts {UNIT}) -gt {before['NRestarts']} ]; do sleep 1; done"
     waited = subprocess.run(
-        [*labmod.ssh_argv(lab, "lab-ct"), f"timeout 300 sh -c {shlex.quote(restarted)}"],
+        [*labmod.ssh_argv(lab, "lab-ct"), f"timeout 420 sh -c {shlex.quote(restarted)}"],
         capture_output=True,
         check=False,
     )
