@@ -557,14 +557,18 @@ class Handler(BaseHTTPRequestHandler):
             },
         )
 
-    def stream_chat(self, body, out, ident, created):
-        args = self.state.args
+    def start_event_stream(self):
+        """The headers of a streamed answer (server-sent events, one connection per stream)."""
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Connection", "close")
         self.end_headers()
         self.close_connection = True
+
+    def stream_chat(self, body, out, ident, created):
+        args = self.state.args
+        self.start_event_stream()
 
         def event(delta, finish_reason=None, extra=None):
             chunk = {
@@ -645,12 +649,7 @@ class Handler(BaseHTTPRequestHandler):
                 self.state.count(finish, counted)
             self.send_json(200, response(choices, usage=usage))
             return
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Cache-Control", "no-cache")
-        self.send_header("Connection", "close")
-        self.end_headers()
-        self.close_connection = True
+        self.start_event_stream()
 
         def event(chunk):
             self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
