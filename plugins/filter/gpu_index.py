@@ -3,7 +3,7 @@
 
 The services run with CUDA_DEVICE_ORDER=PCI_BUS_ID, so CUDA's index i is the i-th GPU in PCI bus order, whatever
 order an inventory lists them in. The host publishes each GPU's index in that order (role pve_host_gpu's facts,
-``ansible_local.inferhost_gpus.gpus``); before it has (a guest play run without its host's facts), the inventory's
+``ansible_local.inferhost_gpu_facts.gpus``); before it has (a guest play run without its host's facts), the inventory's
 addresses are put in PCI bus order here.
 
 ``{{ host_facts_gpus | gpu_pci_by_index(inventory_gpus) }}`` gives {index: address}.

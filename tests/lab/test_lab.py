@@ -428,7 +428,7 @@ def test_the_driver_change_reaches_the_container_after_the_hosts_reboot(lab, dep
     )
     assert f"NVIDIA driver {new} installed (replacing {current})" in labmod.reboot_reasons(host)
     assert _on(lab, "lab-pve", "dpkg-query -W -f '${Version}' nvidia-kernel-open-dkms") == new + "-1"
-    facts = json.loads(_on(lab, "lab-pve", "cat /etc/ansible/facts.d/inferhost_gpus.fact"))
+    facts = json.loads(_on(lab, "lab-pve", "cat /etc/ansible/facts.d/inferhost_gpu_facts.fact"))
     assert (facts["driver_version"], facts["loaded_driver_version"]) == (new, current)
 
     assert labmod.reboot_host(lab) == f"lab-pve rebooted, nvidia module {new}"

@@ -155,7 +155,7 @@ def test_persistence_daemon_enabled_not_started_without_a_driver(host):
 
 
 def test_gpu_inventory_published_as_local_facts(host):
-    fact = json.loads(host.file("/etc/ansible/facts.d/inferhost_gpus.fact").content_string)
+    fact = json.loads(host.file("/etc/ansible/facts.d/inferhost_gpu_facts.fact").content_string)
     assert fact["driver_version"] == DRIVER
     assert fact["loaded_driver_version"] == DRIVER
     assert fact["iommu_active"] is True

@@ -48,7 +48,7 @@ def rendered_map(tmp_path, published=None):
             "name": "The host play's facts, kept in memory as pve_host_gpu keeps them",
             "hosts": "pve1",
             "gather_facts": False,
-            "tasks": [{"ansible.builtin.set_fact": {"ansible_local": {"inferhost_gpus": {"gpus": published}}}}]
+            "tasks": [{"ansible.builtin.set_fact": {"ansible_local": {"inferhost_gpu_facts": {"gpus": published}}}}]
             if published is not None
             else [],
         },
