@@ -20,9 +20,9 @@ and a token's k routed experts land unevenly: the step waits for the busiest GPU
 costs E[max experts on one GPU] experts instead of k/tp (uniform routing assumed). That is why expert
 parallel is slower for a single stream on PCIe-only GPUs.
 
-It is a ceiling, not a prediction: kernel launch gaps, sampling, the scheduler and imperfect bandwidth
-use come on top, so a measured single stream is typically well below it. docs/ceiling.md has the
-derivation, the hardware numbers with their sources, and worked examples.
+It is a ceiling, not a prediction: kernel launch gaps, sampling, the scheduler and kernels that do not reach
+the memory bandwidth at one token come on top, and the ratio of a measured single stream to it says how much
+they cost. docs/ceiling.md has the derivation, the hardware numbers with their sources, and worked examples.
 """
 
 from __future__ import annotations
@@ -215,8 +215,9 @@ class Model:
     def from_config(cls, config, facts):
         """Combine a checkpoint's ``config.json`` with the facts the config does not hold.
 
-        ``facts``: ``name``; ``active_params_b`` (activated parameters per token in billions, as the model
-        card states, input embedding included); ``quantization`` (key of ``BYTES_PER_PARAM``);
+        ``facts``: ``name``; ``active_params_b`` (activated parameters per token in billions, the input
+        embedding and the output head included: a model card that counts neither, as GLM-5's, needs both
+        added, docs/ceiling.md); ``quantization`` (key of ``BYTES_PER_PARAM``);
         ``quantized`` (``routed_experts``: only the routed experts are stored quantized, the rest BF16;
         ``all_linear``: every linear layer except the output head is quantized; or a number of billions);
         optional ``dense_dtype`` (default ``bf16``) and ``collectives_per_layer`` (default: the architecture's
