@@ -23,6 +23,13 @@ REFERENCE = {
     "minimax-m25": "MiniMax-M2.5",
 }
 
+# GLM-5 as the reference deployment served it (lukealonso/GLM-5-NVFP4 on SGLang, TP 8), for the worked example of
+# docs/ceiling.md; not an example service. That checkpoint's card puts only the MoE experts' MLPs in NVFP4 and
+# leaves attention in BF16. The card's 40 B active parameters count neither embedding table (the weights one token
+# touches without them add up to 39.88 B in config.json); active_params_b counts both, 2 x 154 880 x 6144 more.
+GLM5_CHECKPOINT = "GLM-5"
+GLM5_FACTS = {"name": "glm-5", "active_params_b": 41.78, "quantization": "nvfp4", "quantized": "routed_experts"}
+
 
 def load_config(model):
     return json.loads((MODELS / model / "config.json").read_text())
