@@ -3,7 +3,8 @@
 
 One call does it all (playbooks/preflight.yml): for each host, the argument specs of the roles it will run,
 applied to its variables; every variable with a role's or the project's prefix that nothing declares; and the
-cross-checks between hosts (plugins/module_utils/inventory_checks.py). Nothing is sent to any host: the
+value rules of those roles (roles/<role>/meta/rules.yml, which each role's own preflight runs too), and the
+cross-checks between hosts (plugins/plugin_utils/preflight/). Nothing is sent to any host: the
 variables come from the controller's own view of the inventory (hostvars, with cached facts when there are).
 The refusal names, for each problem, the file, the variable, what was given, what is expected and one fix;
 secret values are never shown.
@@ -18,11 +19,12 @@ from ansible.errors import AnsibleError
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
 
-_HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(_HERE), "module_utils"))
-import inventory_checks as checks  # noqa: E402
-
-ROLES_DIR = os.path.join(os.path.dirname(os.path.dirname(_HERE)), "roles")
+_PLUGINS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Controller code (plugin_utils) and the inference plan it shares with the role's module (module_utils).
+for _folder in ("module_utils", "plugin_utils"):
+    if os.path.join(_PLUGINS, _folder) not in sys.path:
+        sys.path.insert(0, os.path.join(_PLUGINS, _folder))
+from preflight import checks, inventory  # noqa: E402
 
 
 def _plain(value):
@@ -56,17 +58,21 @@ class ActionModule(ActionBase):
         targets = list(args.get("hosts") or [])
         by_group = dict(args.get("roles") or {})
 
-        dirs = checks.inventory_dirs(task_vars.get("ansible_inventory_sources"))
-        broken = checks.yaml_errors(dirs)
+        dirs = inventory.inventory_dirs(task_vars.get("ansible_inventory_sources"))
+        broken = inventory.yaml_errors(dirs)
         if broken:
             return {**result, "failed": True, "msg": "The inventory's YAML is broken:\n" + "\n".join(broken)}
 
-        specs, declared = {}, set()
-        for role in sorted(os.listdir(ROLES_DIR)):
-            options, names = checks.load_role(os.path.join(ROLES_DIR, role))
-            specs[role] = options
-            declared |= names
-        known_bad = checks.load_yaml(os.path.join(ROLES_DIR, "inference_service", "vars", "main.yml")).get(
+        specs, declared, rules = {}, set(), {}
+        try:
+            for role in inventory.role_names():
+                role_dir = os.path.join(inventory.ROLES_DIR, role)
+                specs[role], names = inventory.load_role(role_dir)
+                declared |= names
+                rules[role] = inventory.load_rules(role_dir)
+        except ValueError as exc:
+            return {**result, "failed": True, "msg": f"A role's rules cannot be read: {exc}"}
+        known_bad = inventory.load_yaml(os.path.join(inventory.ROLES_DIR, "inference_service", "vars", "main.yml")).get(
             "__inference_service_known_bad", []
         )
 
@@ -81,9 +87,10 @@ class ActionModule(ActionBase):
                 try:
                     return _plain(templar.template(host_vars[name]))
                 except AnsibleError as exc:
-                    raise checks.TemplateFailure(getattr(exc, "message", None) or str(exc)) from None
+                    raise inventory.TemplateFailure(getattr(exc, "message", None) or str(exc)) from None
 
-            views[host] = checks.HostView(host, list(host_vars), get, groups, raw=lambda n, v=host_vars: v.get(n, ""))
+            raw = lambda n, v=host_vars: v.get(n, "")  # noqa: E731 - the value as written
+            views[host] = inventory.HostView(host, list(host_vars), get, groups, raw=raw)
             roles[host] = [r for g in ["all", *groups] for r in by_group.get(g, [])]
 
         checker = checks.Checker(
@@ -93,9 +100,10 @@ class ActionModule(ActionBase):
             specs,
             declared,
             provided=args.get("provided") or [],
-            files=checks.VariableFiles(dirs),
+            files=inventory.VariableFiles(dirs),
             validator=validate,
             known_bad=known_bad,
+            rules=rules,
         )
         problems = checker.run()
         result["changed"] = False

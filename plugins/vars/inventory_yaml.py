@@ -16,9 +16,11 @@ import sys
 from ansible.errors import AnsibleParserError
 from ansible.plugins.vars import BaseVarsPlugin
 
-# The checks live with the project's other pure-Python helpers.
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "module_utils"))
-import inventory_checks  # noqa: E402
+# The reader lives with the controller's preflight code (plugins/plugin_utils/preflight).
+_PLUGIN_UTILS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "plugin_utils")
+if _PLUGIN_UTILS not in sys.path:
+    sys.path.insert(0, _PLUGIN_UTILS)
+from preflight import inventory as inventory_files  # noqa: E402
 
 DOCUMENTATION = r"""
 name: inventory_yaml
@@ -53,7 +55,7 @@ class VarsModule(BaseVarsPlugin):
         _CHECKED.add(path)
         if not any(os.path.isdir(os.path.join(path, kind)) for kind in ("group_vars", "host_vars")):
             return {}
-        errors = inventory_checks.yaml_errors([path])
+        errors = inventory_files.yaml_errors([path])
         if errors:
             raise AnsibleParserError("The inventory's YAML is broken; nothing was run:\n" + "\n".join(errors))
         return {}

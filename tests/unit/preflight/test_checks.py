@@ -1,23 +1,24 @@
-"""The inventory checks of the validation play (plugins/module_utils/inventory_checks.py), on plain data."""
+"""The inventory checks of the validation play (plugins/plugin_utils/preflight/), on plain data."""
 
 from pathlib import Path
 
-import inventory_checks as checks
 import pytest
+from preflight import checks, inventory
 
 ROOT = Path(__file__).resolve().parents[3]
 ROLES = ROOT / "roles"
 
 
 def load_roles():
-    specs, declared = {}, set()
-    for role in sorted(p.name for p in ROLES.iterdir() if p.is_dir()):
-        specs[role], names = checks.load_role(str(ROLES / role))
+    specs, declared, rules = {}, set(), {}
+    for role in inventory.role_names():
+        specs[role], names = inventory.load_role(str(ROLES / role))
+        rules[role] = inventory.load_rules(str(ROLES / role))
         declared |= names
-    return specs, declared
+    return specs, declared, rules
 
 
-SPECS, DECLARED = load_roles()
+SPECS, DECLARED, RULES = load_roles()
 ROLE_MAP = {
     "pve": ["pve_host_gpu", "pve_api", "pve_guest_gpu", "gpu_switch"],
     "ct": ["nvidia_userspace", "cuda_toolkit", "python_env", "source_build", "nccl_tuning", "inference_service"],
@@ -38,11 +39,11 @@ PVE = {
 def view(name, groups, **variables):
     def get(key):
         value = variables[key]
-        if isinstance(value, checks.TemplateFailure):
+        if isinstance(value, inventory.TemplateFailure):
             raise value
         return value
 
-    return checks.HostView(name, variables, get, groups)
+    return inventory.HostView(name, variables, get, groups)
 
 
 def problems(pve=None, ct=None, targets=("pve", "ct"), validator=None, known_bad=()):
@@ -53,10 +54,12 @@ def problems(pve=None, ct=None, targets=("pve", "ct"), validator=None, known_bad
             ["inference_guests", "inference_containers"],
             inferhost_pve_host="pve",
             inference_service_api_key="key-5678",
-            **(ct or {}),
+            **{"nvidia_userspace_version": "590.48.01", **(ct or {})},
         ),
     }
-    checker = checks.Checker(views, list(targets), ROLE_MAP, SPECS, DECLARED, validator=validator, known_bad=known_bad)
+    checker = checks.Checker(
+        views, list(targets), ROLE_MAP, SPECS, DECLARED, validator=validator, known_bad=known_bad, rules=RULES
+    )
     return checker.run()
 
 
@@ -96,10 +99,10 @@ def test_a_removed_name_is_refused_naming_the_variable_that_replaced_it(old, new
 
 
 def test_every_removed_name_points_at_a_declared_variable():
-    for new in checks.RENAMED.values():
+    for new in inventory.RENAMED.values():
         assert new.split()[0] in DECLARED, new
-    assert not set(checks.RENAMED) & DECLARED, "a renamed variable is still declared by a role"
-    assert set(checks.PROXMOX_MOVED.values()) <= DECLARED
+    assert not set(inventory.RENAMED) & DECLARED, "a renamed variable is still declared by a role"
+    assert set(inventory.PROXMOX_MOVED.values()) <= DECLARED
 
 
 def test_a_connection_setting_left_in_inferhost_proxmox_is_moved_to_pve_api():
@@ -207,9 +210,9 @@ def test_the_guest_driver_must_be_the_hosts():
 
 
 def test_a_template_failure_caused_by_a_misspelt_name_is_not_a_second_problem():
-    failing = checks.TemplateFailure("'inferhost_gpus' is undefined")
+    failing = inventory.TemplateFailure("'inferhost_gpus' is undefined")
     views = {
-        "pve": checks.HostView(
+        "pve": inventory.HostView(
             "pve",
             ["inferhost_gpu", "gpu_switch_gpus", "pve_api_password"],
             lambda n: (
@@ -221,15 +224,15 @@ def test_a_template_failure_caused_by_a_misspelt_name_is_not_a_second_problem():
             raw=lambda n: "{{ inferhost_gpus | map(attribute='address') }}" if n == "gpu_switch_gpus" else "",
         )
     }
-    found = checks.Checker(views, ["pve"], ROLE_MAP, SPECS, DECLARED).run()
+    found = checks.Checker(views, ["pve"], ROLE_MAP, SPECS, DECLARED, rules=RULES).run()
     assert [p.variable for p in found] == ["inferhost_gpu"]
 
 
 def test_secrets_are_never_shown():
     found = problems(ct={"inference_service_api_kee": "key-5678", "inference_service_hardware": {"token": "key-5678"}})
     text = "\n".join(p.line() for p in found)
-    assert "key-5678" not in text and checks.SECRET_SHOWN in text
-    assert checks.show({"api_password": "pw", "node": "pve1"}) == '{"api_password": "(secret)", "node": "pve1"}'
+    assert "key-5678" not in text and inventory.SECRET_SHOWN in text
+    assert inventory.show({"api_password": "pw", "node": "pve1"}) == '{"api_password": "(secret)", "node": "pve1"}'
 
 
 def test_argument_spec_errors_name_the_variable_and_the_expected_type():
@@ -247,14 +250,14 @@ def test_broken_yaml_is_named_with_file_and_line(tmp_path):
     (tmp_path / "group_vars" / "all").mkdir(parents=True)
     (tmp_path / "hosts.yml").write_text("all:\n  hosts: {a: {}}\n")
     (tmp_path / "group_vars" / "all" / "x.yml").write_text("a: 1\nb: [1\nc: 2\n")
-    (errors,) = checks.yaml_errors([str(tmp_path)])
+    (errors,) = inventory.yaml_errors([str(tmp_path)])
     assert "group_vars/all/x.yml:3:" in errors and "YAML error" in errors
 
 
 def test_vault_tagged_values_are_not_yaml_errors(tmp_path):
     (tmp_path / "group_vars").mkdir()
     (tmp_path / "group_vars" / "all.yml").write_text("vault_x: !vault |\n  $ANSIBLE_VAULT;1.1;AES256\n  3130\n")
-    assert checks.yaml_errors([str(tmp_path)]) == []
+    assert inventory.yaml_errors([str(tmp_path)]) == []
 
 
 def test_the_file_of_a_variable_is_the_most_specific(tmp_path):
@@ -265,13 +268,13 @@ def test_the_file_of_a_variable_is_the_most_specific(tmp_path):
     }.items():
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(text)
-    files = checks.VariableFiles([str(tmp_path)])
+    files = inventory.VariableFiles([str(tmp_path)])
     assert files.file_of("inferhost_cpu_vendor", "pve", ["pve_hosts"]).endswith("host_vars/pve/hw.yml")
     assert files.file_of("inferhost_cpu_vendor", "other", []).endswith("group_vars/all/a.yml")
     assert files.file_of("inferhost_pve_host", "pve", []).endswith("hosts.yml")
 
 
-KNOWN_BAD = checks.load_yaml(str(ROLES / "inference_service/vars/main.yml"))["__inference_service_known_bad"]
+KNOWN_BAD = inventory.load_yaml(str(ROLES / "inference_service/vars/main.yml"))["__inference_service_known_bad"]
 
 
 def sglang_nvfp4(**args):
@@ -360,7 +363,7 @@ def test_a_partial_mapping_of_an_option_with_defaults_is_refused_with_the_whole_
 def test_a_value_wired_from_a_refused_variable_is_not_named_again():
     values = {"inferhost_cpu_vendor": 1.5, "pve_host_gpu_cpu_vendor": 1.5, **PVE, "pve_api_password": "x"}
     views = {
-        "pve": checks.HostView(
+        "pve": inventory.HostView(
             "pve",
             values,
             values.get,
@@ -368,7 +371,7 @@ def test_a_value_wired_from_a_refused_variable_is_not_named_again():
             raw=lambda n: "{{ inferhost_cpu_vendor }}" if n == "pve_host_gpu_cpu_vendor" else values.get(n),
         )
     }
-    found = checks.Checker(views, ["pve"], ROLE_MAP, SPECS, DECLARED).run()
+    found = checks.Checker(views, ["pve"], ROLE_MAP, SPECS, DECLARED, rules=RULES).run()
     assert [p.variable for p in found] == ["inferhost_cpu_vendor"]
 
 
