@@ -218,7 +218,7 @@ def test_tls_is_verified_against_the_ca_file(env):
 
 def test_the_command_line_end_to_end_with_json(env):
     path, environ = env.serve()
-    argv = [sys.executable, str(ROOT / "scripts" / "gpu-switch"), "--config", path, "--json"]
+    argv = [sys.executable, str(ROOT / "bin" / "gpu-switch"), "--config", path, "--json"]
     proc = subprocess.run([*argv, "to-vm"], capture_output=True, text=True, env=environ, check=False)
     assert proc.returncode == EXIT_OK, proc.stderr
     result = json.loads(proc.stdout)
@@ -240,7 +240,7 @@ def test_sigkill_mid_move_then_recover(make_env, origin, write):
     target = "vm" if origin == "ct" else "ct"
     env = make_env(owner=origin)
     path, environ = env.serve()
-    argv = [sys.executable, str(ROOT / "scripts" / "gpu-switch"), "--config", path, "--json"]
+    argv = [sys.executable, str(ROOT / "bin" / "gpu-switch"), "--config", path, "--json"]
     env.kernel.crash_after(write)
     proc = subprocess.run([*argv, f"to-{target}"], capture_output=True, text=True, env=environ, check=False)
     assert proc.returncode == -9, proc.stderr

@@ -5,7 +5,7 @@ end maps them to its exit codes).
 ``pve_api.py`` is the one module the package imports from outside itself. As ``ansible.module_utils.gpu_switch``
 (in a module) it is the sibling module, which Ansible sends along; otherwise it lies beside the package on
 ``sys.path``: in the host's library directory (the ``gpu_switch`` role installs it there), and in
-``plugins/module_utils`` for the tests and ``scripts/gpu-switch``.
+``plugins/module_utils`` for the tests and ``bin/gpu-switch``.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ OpenAI-compatible completions (the engines' default) or chat API. Both benchmark
 ``OPENAI_API_KEY`` in their environment and send it as ``Authorization: Bearer``; it is on no command line.
 
 ``level`` reads a result file of either engine (vLLM writes one JSON object, SGLang appends one JSON line
-per run) into the fields scripts/inference-bench-report.py tabulates. Standard library only.
+per run) into the fields playbooks/files/inference-bench-report.py tabulates. Standard library only.
 """
 
 from __future__ import annotations

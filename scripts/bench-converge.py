@@ -3,7 +3,7 @@
 second converge, Ansible's own floor (as many trivial tasks, on the same hosts, over the same SSH connection),
 and what each Ansible setting that makes a converge fast is worth.
 
-    .venv/bin/python scripts/bench_converge.py [--repeat N]
+    .venv/bin/python scripts/bench-converge.py [--repeat N]
 
 Each converge is timed as a user runs it, `ansible-playbook -i inventory/lab/hosts.yml site.yml` from the
 project's root; the same converge through ansible-runner, which inferhost-lab uses for its progress lines, is

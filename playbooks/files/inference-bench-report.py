@@ -2,7 +2,7 @@
 """Turn the engines' own benchmark results into JSON, a Markdown table and a PNG plot, with the single-stream
 decode ceiling and the measured/ceiling ratio next to them.
 
-  inference-bench-report.py RESULT [RESULT ...] --out-dir DIR [--name NAME]
+  playbooks/files/inference-bench-report.py RESULT [RESULT ...] --out-dir DIR [--name NAME]
                             [--service SERVICE.json --hardware HARDWARE.json --config CONFIG.json]
 
 A RESULT is the sweep.json playbooks/benchmark.yml writes (what ran; its runs' result files are read from
@@ -21,7 +21,7 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugins" / "module_utils"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "plugins" / "module_utils"))
 
 from inference.bench import NAMES, TOOLS, engine_of, level, read_results  # noqa: E402
 from inference.ceiling import CeilingError, Hardware, Model, decode_ceiling  # noqa: E402

@@ -2,7 +2,7 @@
 """gpu-switch's own overhead for a full move of 8 GPUs (2 functions each) on the simulated kernel, sequential
 versus parallel rebinding. Not a test: it prints figures, with the ratio measured in the same run.
 
-    .venv/bin/python scripts/gpu_switch_bench.py [--gpus 8] [--rounds 5] [--latency-ms 0 20]
+    .venv/bin/python scripts/gpu-switch-bench.py [--gpus 8] [--rounds 5] [--latency-ms 0 20]
 
 Each round moves the GPUs to the VM and back (two full moves) with an in-memory Proxmox API that answers at
 once, so the time is the tool's own: reading sysfs and /proc, planning, the journal (written and fsynced

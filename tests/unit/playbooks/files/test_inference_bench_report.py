@@ -9,7 +9,7 @@ import sys
 import pytest
 from inference_refdata import BENCH, MODELS, REFERENCE, ROOT
 
-REPORT = ROOT / "scripts/inference-bench-report.py"
+REPORT = ROOT / "playbooks/files/inference-bench-report.py"
 
 
 def load(path, name):
