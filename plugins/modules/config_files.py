@@ -5,8 +5,9 @@
 
 M(ansible.builtin.template) and M(ansible.builtin.copy) cost two round trips to the host a file even when
 nothing changes, M(ansible.builtin.file) one a directory. The roles render their files on the controller
-(lookups) and hand them all to this module at once; a tree of Python that a role ships (a package the host
-imports) goes the same way, with what it no longer has pruned in the same call.
+(lookups) and hand them all to this module at once. Python that a role ships (a package the host imports) goes
+the same way: the action in front of this module (plugins/action/config_files.py) reads it, by name, from the
+controller's module_utils and adds it to the files, with what it no longer has pruned in the same call.
 """
 
 from __future__ import annotations
@@ -41,7 +42,12 @@ description:
   - A symbolic link at a file's path is replaced by the file, as M(ansible.builtin.copy) does by default.
   - A directory with O(directories[].prune) is kept to what the task ships. After the files are written, every
     file in it or below it whose name matches the pattern and that O(files) does not list is removed (a module
-    that an older release had must not stay importable).
+    that an older release had must not stay importable), with Python's compiled copies of such a file, and
+    every directory below it left empty by the pruning.
+  - O(packages) installs Python from the controller's module_utils by its import name, as Ansible finds a
+    module_utils import of a module (the C(module_utils) path of C(ansible.cfg), then Ansible's own). The action
+    on the controller reads the files and adds them to O(files), before those the task gives, under
+    O(package_dir).
 options:
   directories:
     description:
@@ -65,6 +71,11 @@ options:
           - A file name pattern (C(*.py)). After the files are written, each file in the directory or below it
             whose name matches and that O(files) does not list is removed, without a backup (it is code the
             task ships, not configuration). Nothing is pruned when not given.
+          - A compiled file in a C(__pycache__) directory (C(name.cpython-312.pyc)) goes with its source
+            (C(name.py) in the directory above), removed when the pattern matches the source's name and O(files)
+            does not list the source. A directory below this one (a C(__pycache__), a package an
+            older release had) that the pruning leaves empty is removed too, unless O(directories) lists it.
+            Nothing else is touched.
         type: str
   files:
     description: Files to write.
@@ -104,7 +115,36 @@ options:
         M(ansible.builtin.template) uses for its backups). A change of attributes alone makes no backup.
     type: bool
     default: true
+  packages:
+    description:
+      - Python to install from the controller, each by its import name under C(ansible.module_utils), found on
+        Ansible's module_utils path, the first directory that has it winning, as for a module's import.
+      - A package (C(gpu_switch)) brings every C(*.py) file of its tree, a module of a package
+        (C(gpu_switch.holders)) that file alone, without the package's C(__init__.py), and a module of its own
+        (C(pve_api)) its file.
+      - Each is written at its import path under O(package_dir) (C(gpu_switch/pve.py)), with O(package_mode),
+        no backup (a copy beside a module is code that could be imported), before the files of O(files).
+      - The directory of each top-level package named (C(gpu_switch) for C(gpu_switch) or C(gpu_switch.holders))
+        is created and pruned of C(*.py) files the task does not ship, as O(directories[].prune) does; a
+        module of its own prunes nothing (O(package_dir) is shared).
+      - A name that is not found, is given twice, or whose files another name ships too, is refused before
+        anything changes. Read by the action on the controller; the module alone refuses it.
+    type: list
+    elements: str
+    default: []
+  package_dir:
+    description:
+      - The directory of the host that holds O(packages), the one its users put on Python's path. Created (with
+        the packages' directories) with mode C(0755), unless O(directories) lists it. Required with O(packages).
+    type: path
+  package_mode:
+    description: Octal mode of the files of O(packages), as a string.
+    type: str
+    default: "0644"
 attributes:
+  action:
+    description: The action on the controller reads O(packages); the rest is the module's, on the host.
+    support: full
   check_mode:
     description: Reports every directory and file it would change, and changes none.
     support: full
@@ -119,6 +159,15 @@ author: inferhost contributors
 """
 
 EXAMPLES = r"""
+- name: install | Install the package and the command that runs it
+  config_files:
+    packages: [pve_api, gpu_switch]
+    package_dir: /usr/local/lib/inferhost
+    files:
+      - dest: /usr/local/sbin/gpu-switch
+        content: "{{ lookup('ansible.builtin.template', 'gpu-switch.j2') }}"
+        mode: "0755"
+
 - name: modules | Write the module configuration
   config_files:
     directories:
@@ -334,17 +383,31 @@ class Writer:
             self.backups[dest] = self.module.backup_local(dest)
         self.replace(dest, mode, content)
 
-    def prune(self, directory, pattern, keep):
-        """Remove the files under directory whose names match pattern, less those of keep."""
+    def prune(self, directory, pattern, keep, keep_dirs):
+        """Remove the files under directory whose names match pattern, less those of keep, with the compiled copies
+        of such files; then the directories below it that this left empty, less those of keep_dirs."""
+        removed = set()
         for root, dirs, names in os.walk(directory):
             dirs.sort()
             for name in sorted(names):
                 path = os.path.join(root, name)
-                if path in keep or not fnmatch.fnmatchcase(name, pattern) or os.path.isdir(path):
+                if path in keep or os.path.isdir(path) or not stale(root, name, pattern, keep):
                     continue
-                self.note(path, {"path": path, "state": "file"}, {"path": path, "state": "absent"})
-                if not self.check:
-                    os.unlink(path)
+                self.remove(path, "file", removed)
+        for root, _, _ in os.walk(directory, topdown=False):
+            if root == directory or root in keep_dirs or not os.path.isdir(root) or os.path.islink(root):
+                continue
+            # Emptied by this pruning: something in it was pruned, and nothing else is left (in check mode the
+            # pruned entries are still there).
+            left = [os.path.join(root, name) for name in os.listdir(root)]
+            if any(os.path.dirname(path) == root for path in removed) and all(path in removed for path in left):
+                self.remove(root, "directory", removed)
+
+    def remove(self, path, state, removed):
+        self.note(path, {"path": path, "state": state}, {"path": path, "state": "absent"})
+        removed.add(path)
+        if not self.check:
+            (os.rmdir if state == "directory" else os.unlink)(path)
 
     def replace(self, dest, mode, content):
         fd, temp = tempfile.mkstemp(dir=os.path.dirname(dest), prefix=f".{os.path.basename(dest)}.", suffix=".tmp")
@@ -358,6 +421,17 @@ class Writer:
                 os.unlink(temp)
         # atomic_move keeps the attributes of a file it replaces.
         set_attributes(dest, mode, self.uid, self.gid)
+
+
+def stale(root, name, pattern, keep):
+    """Whether a file in root that the task does not ship goes: its name matches pattern, or it is a compiled copy
+    (in __pycache__) of a source whose name matches and that the task does not ship."""
+    if fnmatch.fnmatchcase(name, pattern):
+        return True
+    if os.path.basename(root) != "__pycache__" or not name.endswith(".pyc"):
+        return False
+    source = f"{name.split('.')[0]}.py"
+    return fnmatch.fnmatchcase(source, pattern) and os.path.join(os.path.dirname(root), source) not in keep
 
 
 def list_of(**options):
@@ -382,9 +456,18 @@ def main():
             "group": {"type": "str", "default": "root"},
             "mode": {"type": "str", "default": "0644"},
             "backup": {"type": "bool", "default": True},
+            "packages": {"type": "list", "elements": "str", "default": []},
+            "package_dir": {"type": "path"},
+            "package_mode": {"type": "str", "default": "0644"},
         },
         supports_check_mode=True,
     )
+    if module.params["packages"]:
+        module.fail_json(
+            msg="config_files changed nothing: packages are read on the controller by the action config_files "
+            "(plugins/action/config_files.py), and this task did not go through it: put plugins/action on "
+            "Ansible's action plugin path (action_plugins in ansible.cfg)"
+        )
     try:
         uid = resolve_id(module.params["owner"], pwd.getpwnam, "owner", module.check_mode)
         gid = resolve_id(module.params["group"], grp.getgrnam, "group", module.check_mode)
@@ -398,9 +481,10 @@ def main():
         for entry in files:
             writer.file(entry["dest"], entry["mode"], entry["content"], entry["backup"])
         shipped = {entry["dest"] for entry in files}
+        wanted = {entry["path"] for entry in directories} | {os.path.dirname(dest) for dest in shipped}
         for entry in directories:
             if entry["prune"] is not None:
-                writer.prune(entry["path"], entry["prune"], shipped)
+                writer.prune(entry["path"], entry["prune"], shipped, wanted)
     except OSError as err:
         module.fail_json(
             msg=f"config_files: {err}", changed=bool(writer.changed_paths), changed_paths=writer.changed_paths

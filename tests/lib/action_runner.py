@@ -20,20 +20,21 @@ def load_action(name):
     return action
 
 
-def run_action(action, args, results, check_mode=False, task_vars=None):
-    """Run the action with args; each module it calls returns the next of results.
+def run_action(action, args, results, check_mode=False, task_vars=None, *, diff=False):
+    """Run the action with args; each module it calls returns the next of results, or what results(module name,
+    module args) returns when it is a function (a module run in-process).
     Returns (the action's result, [(module name, module args)] in the order called)."""
     task = MagicMock()
     task.args = args
     task.check_mode = check_mode
     task.async_val = 0
-    task.diff = False
+    task.diff = diff
     plugin = action.ActionModule(task, MagicMock(), MagicMock(), MagicMock(), MagicMock(), MagicMock())
     calls = []
 
     def execute_module(module_name, module_args, task_vars):
         calls.append((module_name, module_args))
-        return results.pop(0)
+        return results(module_name, module_args) if callable(results) else results.pop(0)
 
     plugin._execute_module = execute_module
     return plugin.run(task_vars=task_vars or {}), calls

@@ -31,6 +31,8 @@ MIRRORS = {
 
 # Test files of a topic that spans several code files, each with the reason it is kept whole.
 SPANNING = {
+    "action/test_config_files_packages.py": "config_files' packages: the action (plugins/action/config_files.py) "
+    "reads them and the module (plugins/modules/config_files.py) writes and prunes them, run together as a task",
     "gpu_switch/test_pve_entries.py": "the API client's task waiting and retries (pve.py) and the hostpciN and "
     "devN grammar (entries.py) that gpu-switch sends through it",
     "gpu_switch/test_recover.py": "the crash matrix: a move (execute.py, rebind.py, journal.py) dies after each "

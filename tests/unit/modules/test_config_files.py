@@ -219,3 +219,34 @@ def test_prune_removes_what_the_files_do_not_list_in_the_tree(tmp_path):
 def test_prune_of_a_directory_that_check_mode_would_create_finds_nothing(tmp_path):
     result = run(tmp_path, directories=[{"path": "lib/pkg", "prune": "*.py"}], files=PACKAGE[:1], check_mode=True)
     assert result["changed_paths"] == [str(tmp_path / p) for p in ("lib", "lib/pkg", "lib/pkg/a.py")]
+
+
+def test_prune_takes_the_compiled_copies_and_the_directories_it_empties_in_check_mode_too(tmp_path):
+    pruned = [{"path": "lib/pkg", "prune": "*.py"}, {"path": "lib/pkg/sub"}, {"path": "lib/pkg/kept"}]
+    assert run(tmp_path, directories=pruned, files=PACKAGE)["changed"]
+    cache = tmp_path / "lib/pkg/__pycache__"
+    cache.mkdir()
+    for name in ("a.cpython-311.pyc", "old.cpython-311.pyc", "old.cpython-311.opt-1.pyc", "notes.txt"):
+        (cache / name).write_bytes(b"\0")
+    (tmp_path / "lib/pkg/gone/__pycache__").mkdir(parents=True)
+    (tmp_path / "lib/pkg/gone/__init__.py").write_text("")
+    (tmp_path / "lib/pkg/gone/__pycache__/__init__.cpython-311.pyc").write_bytes(b"\0")
+    (tmp_path / "lib/pkg/kept/old.py").write_text("")  # its directory is listed: emptied, not removed
+    (tmp_path / "lib/pkg/empty").mkdir()  # empty before: nothing was pruned from it
+    before = tree(tmp_path)
+    gone = [
+        "lib/pkg/__pycache__/old.cpython-311.opt-1.pyc",
+        "lib/pkg/__pycache__/old.cpython-311.pyc",
+        "lib/pkg/gone/__init__.py",
+        "lib/pkg/gone/__pycache__/__init__.cpython-311.pyc",
+        "lib/pkg/kept/old.py",
+        "lib/pkg/gone/__pycache__",
+        "lib/pkg/gone",
+    ]
+    check = run(tmp_path, directories=pruned, files=PACKAGE, check_mode=True)
+    assert check["changed_paths"] == [str(tmp_path / p) for p in gone]
+    assert tree(tmp_path) == before
+    result = run(tmp_path, directories=pruned, files=PACKAGE)
+    assert result["changed_paths"] == check["changed_paths"]
+    assert sorted(set(before) - set(tree(tmp_path))) == sorted(gone)
+    assert run(tmp_path, directories=pruned, files=PACKAGE)["changed"] is False
