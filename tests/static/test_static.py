@@ -175,3 +175,45 @@ def test_production_code_reaches_nothing_that_pretends():
             if needle.lower() in text.lower():
                 offenders.append(f"{path.relative_to(ROOT)}: {needle}")
     assert not offenders, offenders
+
+
+# role_path followed by a step up, in a template ({{ role_path }}/..) or an expression (role_path ~ '/..').
+ROLE_PATH_UP = re.compile(r"role_path\s*(?:\}\}|~\s*['\"])\s*/?\.\.")
+# A relative path's leading steps up (../../x), not part of a longer name (a...b, x/../y counts from x).
+STEPS_UP = re.compile(r"(?<![\w.~/-])((?:\.\./)+)")
+
+
+def climbs_out(text, depth):
+    """The paths of text that leave a role, for a file `depth` folders below the role's top: role_path and a step
+    up, or more steps up than the file is deep."""
+    found = [m.group(0) for m in ROLE_PATH_UP.finditer(text)]
+    return found + [m.group(1) for m in STEPS_UP.finditer(text) if m.group(1).count("../") > depth]
+
+
+@pytest.mark.parametrize(
+    ("text", "depth", "out"),
+    [
+        ('dir: "{{ role_path }}/../../plugins/module_utils"', 1, True),
+        ("src: \"{{ role_path ~ '/../x' }}\"", 1, True),
+        ("src: ../../plugins/module_utils/x.py", 1, True),
+        ("subdirectory: ../x", 1, False),  # meta/ to the role's top, still inside
+        ("src: ../files/x", 1, False),
+        ("src: ../../files/x", 2, False),  # from molecule/default/ inside the role
+        ("{{ role_path }}/files/x", 1, False),
+    ],
+)
+def test_the_climb_check_sees_a_path_out_of_a_role(text, depth, out):
+    assert bool(climbs_out(text, depth)) is out
+
+
+def test_no_role_reaches_past_its_own_folder():
+    """A role takes what it ships from its own folders and what Ansible finds for it (modules, module_utils by
+    name: config_files' packages); a path out of the role (role_path/../..) ties it to one checkout's layout."""
+    offenders = []
+    for role in sorted(p for p in (ROOT / "roles").iterdir() if p.is_dir()):
+        for path in sorted(role.rglob("*")):
+            if not path.is_file() or "__pycache__" in path.parts:
+                continue
+            hits = climbs_out(path.read_text(errors="replace"), len(path.relative_to(role).parts) - 1)
+            offenders += [f"{path.relative_to(ROOT)}: {hit}" for hit in hits]
+    assert not offenders, offenders

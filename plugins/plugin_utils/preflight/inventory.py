@@ -82,6 +82,11 @@ RENAMED = {
     "pve_guest_gpu_validate_certs": "pve_api_validate_certs",
     "pve_guest_gpu_ca_path": "pve_api_ca_path",
     "pve_guest_gpu_node": "pve_api_node",
+    # The Python a role installs is found by its import name on Ansible's module_utils path (the action
+    # config_files' packages), no more by a directory of the controller's checkout.
+    "gpu_switch_source_dir": "gpu_switch_lib_modules (import names such as gpu_switch, not a directory)",
+    "inference_service_guard_source_dir": "inference_service_guard_lib_modules (import names such as inference, "
+    "not a directory)",
 }
 # The keys inferhost_proxmox holds, and those that moved out of it to role pve_api's variables.
 PROXMOX_KEYS = ("container_vmid", "vm_vmid")

@@ -90,6 +90,7 @@ def test_a_misspelt_variable_is_refused_with_the_closest_name():
         ("pve_guest_gpu_ca_path", "pve_api_ca_path"),
         ("gpu_switch_proxmox_password", "pve_api_password"),
         ("pve_guest_gpu_api_runner", "pve_guest_gpu_delegate_to"),
+        ("gpu_switch_source_dir", "gpu_switch_lib_modules"),
     ],
 )
 def test_a_removed_name_is_refused_naming_the_variable_that_replaced_it(old, new):

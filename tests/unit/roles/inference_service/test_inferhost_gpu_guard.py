@@ -16,7 +16,8 @@ from localhost import free_port, run_playbook
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the role installs the guard as root")
 
 SOURCE = ROLE.parents[1] / "plugins" / "module_utils"
-SHIPPED = ["gpu_switch/holders.py", "inference/__init__.py", "inference/client.py", "inference/guard.py"]
+# The package inference whole, and gpu_switch's holder scan alone (inference_service_guard_lib_modules).
+SHIPPED = ["gpu_switch/holders.py", *sorted(p.relative_to(SOURCE).as_posix() for p in SOURCE.glob("inference/*.py"))]
 UNIT = "inference-test.service"
 
 
@@ -70,15 +71,22 @@ def test_a_stale_or_edited_module_is_put_right(guard):
     command, lib = guard
     tmp = command.parents[1]
     (lib / "gpu_switch" / "__init__.py").write_text("from .switch import Switcher\n")  # the whole package
-    (lib / "inference" / "plan.py").write_text("")
+    (lib / "inference" / "retired.py").write_text("")
+    (lib / "inference" / "__pycache__").mkdir(exist_ok=True)
+    (lib / "inference" / "__pycache__" / "retired.cpython-311.pyc").write_bytes(b"\0")
     (lib / "inference" / "client.py").write_text("# edited\n")
     (lib / "gpu_switch" / "holders.py").chmod(0o600)
+    (lib / "inference" / "NOTES").write_text("not Python: kept\n")
     # One config_files call ships the command and its library: the edited, stale and mis-moded files are put right
     # in it (the command is as it was).
+    assert "inference/guard.py" in SHIPPED and "inference/retired.py" not in SHIPPED
     assert converge(tmp) == 1
     assert installed(lib) == SHIPPED
+    assert not (lib / "inference" / "__pycache__" / "retired.cpython-311.pyc").exists()
+    assert (lib / "inference" / "NOTES").read_text() == "not Python: kept\n"
     assert (lib / "inference" / "client.py").read_bytes() == (SOURCE / "inference" / "client.py").read_bytes()
     assert stat.S_IMODE((lib / "gpu_switch" / "holders.py").stat().st_mode) == 0o644
+    assert converge(tmp) == 0
 
 
 def run_installed(command, *argv):
