@@ -189,7 +189,10 @@ def step_argv(
     find_links: Path | None = None,
 ) -> list[str]:
     """The ``uv pip compile`` of one step: the role's ``uv pip install`` arguments, for the target, into output."""
-    argv = [uv, "pip", "compile", "--no-config", "--python-version", python, "--python-platform", platform]
+    # --python names the interpreter that would build a source distribution (the controller's: uv's search for one
+    # of the target's version costs seconds per call and may find none); the target is --python-version's.
+    argv = [uv, "pip", "compile", "--no-config", "--python", sys.executable]
+    argv += ["--python-version", python, "--python-platform", platform]
     if step.get("index_url"):
         argv += ["--index-url", step["index_url"]]
     argv += [f"--extra-index-url={url}" for url in step.get("extra_index_urls") or []]
