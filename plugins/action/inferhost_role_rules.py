@@ -54,16 +54,19 @@ class ActionModule(ActionBase):
         except ValueError as exc:
             return {**result, "failed": True, "msg": f"The role's rules cannot be read: {exc}"}
 
+        role = os.path.basename(os.path.normpath(role_path))
+
         def get(name):
             if name not in task_vars:
                 return rules.UNSET
             try:
                 return self._templar.template(task_vars[name])
             except AnsibleError as exc:
+                if not name.startswith(f"{role}_"):
+                    return rules.UNSET  # another role's data, which a rule only compares with: not known here
                 raise AnsibleError(f"{name}: its template cannot be rendered: {exc}") from None
 
         refusals = rules.evaluate(role_rules, get)
-        role = os.path.basename(os.path.normpath(role_path))
         result["changed"] = False
         if refusals:
             lines = rules.report(refusals, inventory.show)

@@ -109,15 +109,15 @@ def test_a_gpu_the_host_does_not_have_stops_in_preflight(pve, play):
     before = dict(pve.vm(201).config)
     changed, failed, out = play(pve_guest_gpu_vms=[{"vmid": 201, "gpus": ["0000:02:00.0"]}])
     assert (changed, failed) == (0, 1)
-    assert "pve_guest_gpu_vms[0]: vmid must be a guest id" in out and "the host has no GPU 0000:02:00.0" in out
-    assert "preflight | Check every guest names GPUs of this host" in out
+    assert "pve_guest_gpu_vms[0].gpus: given" in out and "0000:02:00.0" in out and "expected GPUs of this host" in out
+    assert "preflight | Check the role's variables against its rules" in out
     assert pve.vm(201).config == before
 
 
 def test_https_without_a_password_says_what_to_use(pve, play):
     changed, failed, out = play(pve_api_password="")
     assert (changed, failed) == (0, 1)
-    assert "pve_api_password is empty" in out and "pve_api_backend: local" in out
+    assert "pve_api_password: given nothing (empty)" in out and "pve_api_backend: local" in out
 
 
 def test_a_wrong_password_is_refused_naming_its_variable_before_any_change(pve, play):

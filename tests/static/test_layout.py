@@ -25,8 +25,10 @@ MIRRORS = {
     "playbooks": ROOT / "playbooks",
     "roles": ROOT / "roles",
     "scripts": ROOT / "scripts",
-    # Every package of plugins/module_utils (gpu_switch, guest_env, inference) under its own name.
+    # Every package of plugins/module_utils (gpu_switch, inference, python_env, source_build) under its own name.
     **{p.parent.name: p.parent for p in (ROOT / "plugins" / "module_utils").glob("*/__init__.py")},
+    # And every package of plugins/plugin_utils, the controller's code (preflight).
+    **{p.parent.name: p.parent for p in (ROOT / "plugins" / "plugin_utils").glob("*/__init__.py")},
 }
 
 # Test files of a topic that spans several code files, each with the reason it is kept whole.

@@ -38,6 +38,7 @@ from preflight.inventory import (
     PROXMOX_KEYS,
     PROXMOX_MOVED,
     RENAMED,
+    RENAMED_FACTS,
     ROLE_PREFIXES,
     SECRET_SHOWN,
     UNSET,
@@ -164,7 +165,10 @@ class Checker:
     def check_unknown(self, host):
         view = self.views[host]
         for name in sorted(view.names):
-            if name.startswith("__") or not name.startswith((PROJECT_PREFIX, *ROLE_PREFIXES)):
+            if name.startswith("__"):
+                continue
+            self._check_renamed_facts(host, name)
+            if not name.startswith((PROJECT_PREFIX, *ROLE_PREFIXES)):
                 continue
             if name in RENAMED:
                 self.refuse(
@@ -183,6 +187,22 @@ class Checker:
             self.refuse(
                 host, name, self.shown(self.value(host, name, None), name), "a variable some role declares", fix
             )
+
+    def _check_renamed_facts(self, host, name):
+        """A template that reads a published fact by its former name (RENAMED_FACTS): the name taken as a key or an
+        attribute (never as a variable: the inventory's own inferhost_gpus is one) in a template of ansible_local."""
+        raw = self.views[host].raw(name)
+        if not (isinstance(raw, str) and "ansible_local" in raw):
+            return
+        for old, new in RENAMED_FACTS.items():
+            if re.search(rf"\[\s*['\"]{old}['\"]\s*\]|\.{old}\b", raw):
+                self.refuse(
+                    host,
+                    name,
+                    self.shown(raw, name),
+                    f"a template that reads the host's facts by their name, ansible_local['{new}']",
+                    f"write ansible_local['{new}'] where {name} reads ansible_local['{old}']",
+                )
 
     def check_specs(self, host):
         if self.validator is None:
@@ -461,7 +481,7 @@ class Checker:
     def _published_gpus(self, host):
         """The addresses in the host's published GPU facts (role pve_host_gpu), when a run cached them."""
         facts = self.value(host, "ansible_local", {})
-        gpus = ((facts or {}).get("inferhost_gpus") or {}).get("gpus") if isinstance(facts, dict) else None
+        gpus = ((facts or {}).get("inferhost_gpu_facts") or {}).get("gpus") if isinstance(facts, dict) else None
         if not isinstance(gpus, list):
             return set()
         return {str(g.get("address")) for g in gpus if isinstance(g, dict) and g.get("address")}
@@ -582,7 +602,7 @@ class Checker:
                 continue
             get = self._getter(host, role)
             for refusal in role_rules.evaluate(rules, get):
-                if self._named(host, refusal.root, refusal.variable) or self._from_refused(host, refusal.root):
+                if (host, refusal.root) in self._failed or self._from_refused(host, refusal.root):
                     continue
                 self.refuse(
                     host,

@@ -88,6 +88,9 @@ RENAMED = {
     "inference_service_guard_source_dir": "inference_service_guard_lib_modules (import names such as inference, "
     "not a directory)",
 }
+# Local facts published under a new name (ansible_local.<name>, role pve_host_gpu's), each with the new one. A
+# template that still reads the former name renders its default once the host has run: refused here, naming the new.
+RENAMED_FACTS = {"inferhost_gpus": "inferhost_gpu_facts"}
 # The keys inferhost_proxmox holds, and those that moved out of it to role pve_api's variables.
 PROXMOX_KEYS = ("container_vmid", "vm_vmid")
 PROXMOX_MOVED = {

@@ -411,14 +411,15 @@ def _api_secret(get, rule):
         return []
     token = get("pve_api_token_id")
     name = "pve_api_token_secret" if not _empty(token) else "pve_api_password"
-    if not _empty(get(name)):
+    secret = get(name)
+    if not _empty(secret):
         return []
     if not _empty(token):
-        return [Refusal(name, UNSET, "the secret of pve_api_token_id", f"set {name} from Ansible Vault", name)]
+        return [Refusal(name, secret, "the secret of pve_api_token_id", f"set {name} from Ansible Vault", name)]
     return [
         Refusal(
             name,
-            UNSET,
+            secret,
             "root@pam's password for the Proxmox API (or pve_api_backend: local, for the modules only)",
             "put vault_proxmox_password in an encrypted inventory/<site>/group_vars/all/vault.yml "
             "(ansible-vault create; README, Secrets), or export PROXMOX_PASSWORD",
