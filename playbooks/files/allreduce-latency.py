@@ -310,6 +310,26 @@ def finish(args, result):
     return 0 if result.get("correct", True) else 1
 
 
+def cannot_measure(args, result):
+    """Why this run cannot measure an all-reduce ("" when it can); puts the world and the GPUs seen in ``result``."""
+    if args.backend == "nccl" and args.world == 1 and not args.single_rank:
+        result["world_size"] = 1
+        return "--world 1: one GPU has nothing to all-reduce with"
+    if importlib.util.find_spec("torch") is None:
+        return f"no torch in the environment of {sys.executable}"
+    visible = args.world
+    if args.backend == "nccl":  # gloo's ranks need no torch in this process: the spawned ranks import it
+        import torch  # noqa: PLC0415
+
+        visible = visible_gpus(torch)
+        result.update(gpus_visible=visible, nccl_version=nccl_version(torch))
+    result["world_size"] = args.world or visible
+    if args.backend == "nccl" and visible < 2 and not args.single_rank:
+        what = "no GPU is visible" if visible == 0 else "one GPU is visible"
+        return f"{what} (CUDA_VISIBLE_DEVICES={result['cuda_visible_devices']}): an all-reduce needs two GPUs or more"
+    return ""
+
+
 def main(argv=None, target=worker):
     args = parse_args(argv)
     result = {
@@ -322,25 +342,13 @@ def main(argv=None, target=worker):
         "environment": {k: v for k, v in sorted(os.environ.items()) if k.startswith("NCCL_")},
         "measured": False,
     }
-    if importlib.util.find_spec("torch") is None:
-        result["reason"] = f"no torch in the environment of {sys.executable}"
-        say(args, f"cannot measure an all-reduce: {result['reason']}; the ceiling keeps the hardware profile's figure")
+    reason = cannot_measure(args, result)
+    if reason:
+        result["reason"] = reason
+        say(args, f"cannot measure an all-reduce: {reason}; the ceiling keeps the hardware profile's figure")
         return finish(args, result)
-    visible = args.world
-    if args.backend == "nccl":  # gloo's ranks need no torch in this process: the spawned ranks import it
-        import torch  # noqa: PLC0415
-
-        visible = visible_gpus(torch)
-        result.update(gpus_visible=visible, nccl_version=nccl_version(torch))
-    world = args.world or visible
-    result.update(world_size=world)
-    if args.backend == "nccl" and (visible < 2 or world < 2) and not args.single_rank:
-        what = "no GPU is visible" if visible == 0 else "one GPU is visible" if visible == 1 else "--world is 1"
-        result["reason"] = (
-            f"{what} (CUDA_VISIBLE_DEVICES={result['cuda_visible_devices']}): an all-reduce needs two GPUs or more"
-        )
-        say(args, f"cannot measure an all-reduce: {result['reason']}; the ceiling keeps the hardware profile's figure")
-        return finish(args, result)
+    world = result["world_size"]
+    visible = result.get("gpus_visible", world)
     if world > visible or (args.single_rank and visible < 1):
         print(f"{PREFIX} --world {world} needs {world} GPUs; {visible} visible", file=sys.stderr)
         return 2

@@ -4,6 +4,7 @@ decode ceiling and the measured/ceiling ratio next to them.
 
   playbooks/files/inference-bench-report.py RESULT [RESULT ...] --out-dir DIR [--name NAME]
                             [--service SERVICE.json --hardware HARDWARE.json --config CONFIG.json]
+                            [--allreduce ALLREDUCE.json]
 
 A RESULT is the sweep.json playbooks/benchmark.yml writes (what ran; its runs' result files are read from
 its folder), or result files of ``vllm bench serve --save-result`` (one JSON object) or of
@@ -11,7 +12,10 @@ its folder), or result files of ``vllm bench serve --save-result`` (one JSON obj
 plugins/module_utils/inference/bench.py reads both engines' fields under one set of names. SERVICE.json is
 one entry of inference_service_services (model facts, tensor_parallel_size, expert_parallel), HARDWARE.json
 is inference_service_hardware, CONFIG.json the checkpoint's config.json; without them the report has no
-ceiling. Writes DIR/NAME.json, DIR/NAME.md, DIR/NAME.png.
+ceiling. ALLREDUCE.json is the result of allreduce-latency.py (benchmark.yml runs it across the service's GPUs):
+when it measured as many GPUs as the service uses, with right sums, its latency replaces the hardware profile's
+(absent or not usable: the profile's figure); the ceiling says which figure it used and where it came from.
+Writes DIR/NAME.json, DIR/NAME.md, DIR/NAME.png.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "plugins" / "module_utils"))
 
 from inference.bench import NAMES, TOOLS, engine_of, level, read_results  # noqa: E402
-from inference.ceiling import CeilingError, Hardware, Model, decode_ceiling  # noqa: E402
+from inference.ceiling import CeilingError, Hardware, Model, allreduce_latency_source, decode_ceiling  # noqa: E402
 
 SWEEP_KEYS = ("engine", "engine_version", "tool", "api", "url", "model", "input_tokens", "output_tokens", "rounds")
 
@@ -55,10 +59,14 @@ def load_results(paths):
     return about, sorted(levels, key=lambda lv: lv["concurrency"] or 0)
 
 
-def ceiling_for(service, hardware, config):
+def ceiling_for(service, hardware, config, allreduce=None):
+    """The ceiling of ``service``, with the all-reduce latency ``allreduce`` measured (allreduce-latency.py's
+    result) where it fits the service, else the hardware profile's; the ceiling says which it used."""
     model = Model.from_config(config, {"name": service.get("name", "model"), **service["model"]})
     tp = int(service.get("tensor_parallel_size") or len(service["gpus"]))
-    return decode_ceiling(model, Hardware.from_dict(hardware), tp, expert_parallel=bool(service.get("expert_parallel")))
+    used, source = allreduce_latency_source(Hardware.from_dict(hardware), tp, allreduce)
+    ceiling = decode_ceiling(model, used, tp, expert_parallel=bool(service.get("expert_parallel")))
+    return {**ceiling, "allreduce": source}
 
 
 def single_stream(result):
@@ -124,6 +132,7 @@ def markdown(report):
             f"| memory time per token | {ceiling['memory_ms']} ms |",
             f"| collectives per token | {ceiling['collectives']} x {ceiling['collective_us']} us "
             f"= {ceiling['comm_ms']} ms |",
+            f"| all-reduce latency used | {ceiling['allreduce']['latency_us']} us: {ceiling['allreduce']['detail']} |",
             f"| **ceiling** | **{ceiling['tokens_per_s']} tok/s** |",
             f"| measured, one stream (1000 / median TPOT at concurrency 1) | {cell(ratio['measured_tok_s'])} tok/s |",
             f"| **measured / ceiling** | **{cell(ratio['ratio'])}** |",
@@ -162,12 +171,13 @@ def plot(report, path):
     plt.close(fig)
 
 
-def build(result, service=None, hardware=None, config=None):
-    """The report of ``result`` ({what ran..., "levels": [...]}), with the ceiling where the facts allow."""
+def build(result, service=None, hardware=None, config=None, allreduce=None):
+    """The report of ``result`` ({what ran..., "levels": [...]}), with the ceiling where the facts allow (and the
+    measured all-reduce latency ``allreduce`` in it where it fits)."""
     report = {"result": result, "service": (service or {}).get("name"), "ceiling": None, "ratio": None}
     if service and hardware and config and service.get("model", {}).get("active_params_b"):
         try:
-            report["ceiling"] = ceiling_for(service, hardware, config)
+            report["ceiling"] = ceiling_for(service, hardware, config, allreduce)
         except (CeilingError, KeyError, ValueError) as exc:
             report["ceiling_error"] = str(exc)
     if report["ceiling"]:
@@ -188,6 +198,7 @@ def main(argv=None):
     parser.add_argument("--service")
     parser.add_argument("--hardware")
     parser.add_argument("--config")
+    parser.add_argument("--allreduce", help="allreduce-latency.py's JSON result: the measured all-reduce latency")
     args = parser.parse_args(argv)
 
     def load(path):
@@ -196,7 +207,10 @@ def main(argv=None):
     about, levels = load_results(args.results)
     if not levels:
         parser.error("no result of vllm bench serve or sglang.bench_serving in " + ", ".join(args.results))
-    report = build({**about, "levels": levels}, load(args.service), load(args.hardware), load(args.config))
+    allreduce = load(args.allreduce) if args.allreduce and Path(args.allreduce).exists() else None
+    report = build(
+        {**about, "levels": levels}, load(args.service), load(args.hardware), load(args.config), allreduce=allreduce
+    )
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{args.name}.json").write_text(json.dumps(report, indent=2) + "\n")

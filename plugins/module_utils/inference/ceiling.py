@@ -147,6 +147,57 @@ class Hardware:
         return self.allreduce_latency_us[known] * (n - 1) / (known - 1) * US
 
 
+def allreduce_latency_source(hardware, tp, measurement=None):
+    """The all-reduce latency the ceiling of ``tp`` GPUs uses and where it comes from.
+
+    ``measurement`` is the JSON result of playbooks/files/allreduce-latency.py (benchmark.yml runs it across the
+    service's GPUs): it replaces the hardware profile's figure when it measured ``tp`` GPUs (two or more) and
+    every sum was right. Returns ``(hardware, source)``: the hardware to compute with (``hardware`` itself, or a
+    copy with the measured figure for ``tp`` GPUs) and a dict with ``latency_us``, ``source`` (``measured``,
+    ``hardware profile`` or ``none`` for one GPU) and ``detail``, a sentence saying where the figure came from.
+    """
+    if tp <= 1:
+        return hardware, {"latency_us": 0.0, "source": "none", "detail": "one GPU: no all-reduce"}
+    why_not = None
+    if measurement is not None:
+        if not measurement.get("measured"):
+            why_not = f"not measured: {measurement.get('reason') or 'no reason given'}"
+        elif measurement.get("correct") is False:
+            why_not = "the measurement's all-reduce gave a wrong sum"
+        elif measurement.get("world_size") != tp:
+            why_not = f"measured on {measurement.get('world_size')} GPU(s), the service uses {tp}"
+        elif not isinstance(measurement.get("latency_us"), int | float) or measurement["latency_us"] <= 0:
+            why_not = "the measurement gave no latency"
+        else:
+            latency = float(measurement["latency_us"])
+            method = "a CUDA graph's replays" if measurement.get("method") == "graph" else "back-to-back calls"
+            nccl = f", NCCL {measurement['nccl_version']}" if measurement.get("nccl_version") else ""
+            settings = measurement.get("environment_after_init", measurement.get("environment")) or {}
+            shown = ", ".join(f"{k}={v}" for k, v in sorted(settings.items()) if k != "NCCL_VERSION") or "none"
+            measured = Hardware(
+                hardware.name,
+                hardware.gpu_count,
+                hardware.hbm_bandwidth / GB,
+                hardware.pcie_bandwidth / GB,
+                {**hardware.allreduce_latency_us, tp: latency},
+                **hardware.extra,
+            )
+            detail = (
+                f"measured by benchmark.yml on {tp} GPUs ({measurement.get('latency_bytes')} B, {method}{nccl}; "
+                f"NCCL settings: {shown})"
+            )
+            return measured, {"latency_us": round(latency, 2), "source": "measured", "detail": detail}
+    listed = hardware.allreduce_latency_us
+    if tp in listed:
+        origin = f"listed for {tp} GPUs"
+    else:
+        known = min(listed, key=lambda m: (abs(m - tp), m))
+        origin = f"derived: the {known}-GPU figure ({listed[known]:g} us) scaled by ring steps to {tp} GPUs"
+    detail = f"the hardware profile's ({origin})" + (f"; {why_not}" if why_not else "; not measured")
+    latency = hardware.allreduce_latency(tp) / US
+    return hardware, {"latency_us": round(latency, 2), "source": "hardware profile", "detail": detail}
+
+
 class Model:
     """What the ceiling needs to know about a model; build it with ``Model.from_config``."""
 

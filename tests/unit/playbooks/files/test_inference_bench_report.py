@@ -148,3 +148,68 @@ def test_report_without_model_facts_says_why_there_is_no_ceiling(missing, servic
     built = module.build({"model": "M", "levels": levels}, service, {} if missing == "hardware" else hardware, config)
     assert built["ceiling"] is None and built["ratio"] is None
     assert "No ceiling: no model facts or hardware profile given." in module.markdown(built)
+
+
+def measurement(**fields):
+    """allreduce-latency.py's result across 4 GPUs, as benchmark.yml fetches it."""
+    result = {"measured": True, "correct": True, "world_size": 4, "method": "graph", "nccl_version": "2.28.9"}
+    result.update(latency_us=6.5, latency_bytes=6144, environment={"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring"})
+    return {**result, **fields}
+
+
+@pytest.mark.parametrize(
+    ("allreduce", "source", "detail"),
+    [
+        (None, "hardware profile", "the hardware profile's (listed for 4 GPUs); not measured"),
+        (
+            measurement(),
+            "measured",
+            "measured by benchmark.yml on 4 GPUs (6144 B, a CUDA graph's replays, NCCL 2.28.9; NCCL settings: "
+            "NCCL_ALGO=Ring, NCCL_PROTO=LL)",
+        ),
+        (
+            measurement(measured=False, reason="one GPU is visible"),
+            "hardware profile",
+            "the hardware profile's (listed for 4 GPUs); not measured: one GPU is visible",
+        ),
+        (
+            measurement(world_size=8),
+            "hardware profile",
+            "the hardware profile's (listed for 4 GPUs); measured on 8 GPU(s), the service uses 4",
+        ),
+        (
+            measurement(correct=False, latency_us=None),
+            "hardware profile",
+            "the hardware profile's (listed for 4 GPUs); the measurement's all-reduce gave a wrong sum",
+        ),
+    ],
+)
+def test_the_ceiling_uses_the_measured_all_reduce_latency_only_where_it_fits(
+    services, hardware, allreduce, source, detail
+):
+    bench = load(REPORT, "inference_bench_report")
+    config = json.loads((MODELS / REFERENCE["minimax-m25"] / "config.json").read_text())
+    report = bench.build({"levels": []}, services["minimax-m25"], hardware, config, allreduce=allreduce)
+    ceiling = report["ceiling"]
+    assert (ceiling["allreduce"]["source"], ceiling["allreduce"]["detail"]) == (source, detail)
+    profile = bench.build({"levels": []}, services["minimax-m25"], hardware, config)["ceiling"]
+    if source == "measured":
+        # 186 collectives at 6.5 us (plus the same bandwidth term) instead of the profile's 13.5 us: a higher ceiling.
+        assert ceiling["allreduce"]["latency_us"] == 6.5
+        assert ceiling["collective_us"] == pytest.approx(profile["collective_us"] - 7.0, abs=0.01)
+        assert ceiling["tokens_per_s"] > profile["tokens_per_s"]
+        table = bench.markdown({**report, "ratio": {"measured_tok_s": None, "ratio": None}})
+        assert f"| all-reduce latency used | 6.5 us: {detail} |" in table
+    else:
+        assert ceiling["allreduce"]["latency_us"] == hardware["allreduce_latency_us"][4] == 13.5
+        assert ceiling["tokens_per_s"] == profile["tokens_per_s"] == 247.8
+
+
+def test_an_eight_gpu_profile_figure_derived_from_four_says_so(services, hardware):
+    bench = load(REPORT, "inference_bench_report")
+    config = json.loads((MODELS / REFERENCE["qwen35"] / "config.json").read_text())
+    ceiling = bench.build({"levels": []}, services["qwen35"], hardware, config)["ceiling"]
+    assert ceiling["allreduce"]["detail"] == (
+        "the hardware profile's (derived: the 4-GPU figure (13.5 us) scaled by ring steps to 8 GPUs); not measured"
+    )
+    assert ceiling["allreduce"]["latency_us"] == 31.5
