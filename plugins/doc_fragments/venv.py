@@ -1,6 +1,6 @@
 # Copyright: inferhost contributors
 # Apache License 2.0 (see LICENSE)
-"""The option of the modules that read a virtual environment, as plugins/module_utils/guest_env/records.py's
+"""The option of the modules that read a virtual environment, as plugins/module_utils/python_env/records.py's
 VENV_OPTIONS takes it (venv_audit, venv_abi_guard)."""
 
 from __future__ import annotations

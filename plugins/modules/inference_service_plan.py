@@ -138,7 +138,7 @@ refused:
 
 def installed_version(environment, engine):
     """Version of the engine's distribution in a venv, from its dist-info METADATA (nothing is executed)."""
-    from ansible.module_utils.guest_env.pins import metadata_fields  # noqa: PLC0415 - see plan_one
+    from ansible.module_utils.python_env.pins import metadata_fields  # noqa: PLC0415 - see plan_one
 
     pattern = os.path.join(environment, "lib", "python*", "site-packages", f"{engine}-*.dist-info", "METADATA")
     for path in sorted(glob.glob(pattern)):

@@ -10,15 +10,15 @@ import shutil
 import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.guest_env import buildjob, cachekey, parallelism
-from ansible.module_utils.guest_env.buildplan import (
+from ansible.module_utils.python_env.pins import installed_versions, normalize_name
+from ansible.module_utils.python_env.records import find_site_packages, fingerprint
+from ansible.module_utils.source_build import buildjob, cachekey, parallelism
+from ansible.module_utils.source_build.buildplan import (
     cuda_version,
     expand_environment,
     installed_from,
     strip_parallelism,
 )
-from ansible.module_utils.guest_env.pins import installed_versions, normalize_name
-from ansible.module_utils.guest_env.records import find_site_packages, fingerprint
 
 DOCUMENTATION = r"""
 module: source_build_plan

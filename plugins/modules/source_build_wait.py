@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.guest_env import buildjob
+from ansible.module_utils.source_build import buildjob
 
 DOCUMENTATION = r"""
 module: source_build_wait

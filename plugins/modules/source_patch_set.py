@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.guest_env.patchset import PatchError, Repo, reconcile
+from ansible.module_utils.source_build.patchset import PatchError, Repo, reconcile
 
 DOCUMENTATION = r"""
 module: source_patch_set

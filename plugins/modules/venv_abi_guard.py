@@ -4,14 +4,14 @@
 from __future__ import annotations
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.guest_env.pins import (
+from ansible.module_utils.python_env.pins import (
     check,
     describe,
     installed_versions,
     normalize_name,
     pins_from_requirements,
 )
-from ansible.module_utils.guest_env.records import VENV_OPTIONS, module_venv
+from ansible.module_utils.python_env.records import VENV_OPTIONS, module_venv
 
 DOCUMENTATION = r"""
 module: venv_abi_guard

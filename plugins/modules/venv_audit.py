@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.guest_env.records import VENV_OPTIONS, audit, module_venv
+from ansible.module_utils.python_env.records import VENV_OPTIONS, audit, module_venv
 
 DOCUMENTATION = r"""
 module: venv_audit

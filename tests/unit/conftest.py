@@ -1,12 +1,14 @@
 """Fixtures of the unit tests of more than one folder (a test's folder follows the code it tests, docs/layout.md).
 
-The data and helpers they come from are in tests/lib: guest_env_testlib.py, inference_refdata.py, pve_testlib.py.
+The data and helpers they come from are in tests/lib: python_env_testlib.py, source_build_testlib.py,
+inference_refdata.py, pve_testlib.py.
 """
 
 import pytest
-from guest_env_testlib import source, venv  # noqa: F401  (pytest fixtures)
 from inference_refdata import checkpoint, example_vars, hardware, services  # noqa: F401  (pytest fixtures)
 from pve_testlib import BRIDGE, GPUS, NIC, host_tree
+from python_env_testlib import venv  # noqa: F401  (pytest fixtures)
+from source_build_testlib import source  # noqa: F401  (pytest fixtures)
 
 
 @pytest.fixture

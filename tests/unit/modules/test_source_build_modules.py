@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from guest_env import buildjob
 from module_runner import load_module, run_module
+from source_build import buildjob
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -5,8 +5,8 @@ import os
 import subprocess
 
 import pytest
-from guest_env.patchset import PatchError, Repo, created_paths, reconcile, touched_paths
-from guest_env_testlib import git
+from source_build.patchset import PatchError, Repo, created_paths, reconcile, touched_paths
+from source_build_testlib import git
 
 FA3_OFF = {
     "name": "fa3-off",

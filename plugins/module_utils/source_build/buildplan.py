@@ -8,7 +8,13 @@ import os
 import re
 from urllib.parse import unquote, urlparse
 
-from .pins import normalize_name
+# python_env owns the normalisation of project names (its pins); this package imports it, never the reverse:
+# relatively as ansible.module_utils.source_build in a module (Ansible then ships python_env with it), and
+# absolutely as plain source_build, with plugins/module_utils on sys.path (the unit tests).
+if __package__.startswith("ansible."):
+    from ..python_env.pins import normalize_name
+else:
+    from python_env.pins import normalize_name
 
 PLACEHOLDERS = ("jobs", "threads", "cuda_home", "site_packages", "build_env", "src")
 _PLACEHOLDER = re.compile(r"\{(" + "|".join(PLACEHOLDERS) + r")\}")

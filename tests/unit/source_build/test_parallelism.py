@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from guest_env.parallelism import (
+from source_build.parallelism import (
     ParallelismError,
     arch_count,
     available_bytes,

@@ -8,8 +8,8 @@ import threading
 import time
 
 import pytest
-from guest_env import buildjob
-from guest_env.buildplan import (
+from source_build import buildjob
+from source_build.buildplan import (
     cuda_version,
     expand,
     expand_environment,

@@ -1,7 +1,7 @@
 """The ABI guard: pinned packages must still be installed at their versions (and CUDA builds)."""
 
 import pytest
-from guest_env.pins import (
+from python_env.pins import (
     check,
     describe,
     installed_versions,

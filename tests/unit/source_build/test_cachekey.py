@@ -1,8 +1,8 @@
 """The wheel cache key changes with every input that changes the binary, and only with those."""
 
 import pytest
-from guest_env.buildplan import strip_parallelism
-from guest_env.cachekey import (
+from source_build.buildplan import strip_parallelism
+from source_build.cachekey import (
     DPKG_QUERY_FORMAT,
     cache_key,
     compiler_commands,

@@ -5,9 +5,9 @@ import json
 import os
 
 import pytest
-from guest_env.records import audit, fingerprint, parse_record, record_hash
-from guest_env_testlib import install
 from module_runner import load_module, run_module
+from python_env.records import audit, fingerprint, parse_record, record_hash
+from python_env_testlib import install
 
 
 def kinds(result, key="drift"):
