@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.pve_host_inventory import probe
+from ansible.module_utils.pve_host_probe import probe
 
 DOCUMENTATION = r"""
 ---

@@ -82,7 +82,7 @@ def test_without_the_hosts_facts_the_inventory_is_put_in_bus_order(tmp_path):
 
 @pytest.mark.parametrize("order", ["bus", "listed"])
 def test_the_indices_the_host_published_give_each_gpus_address(tmp_path, order):
-    # The host numbers its GPUs in bus order (pve_host_inventory.discover_gpus); the list it publishes may come
+    # The host numbers its GPUs in bus order (discover_gpus of pve_host_probe.py); the list it publishes may come
     # in any order, and only each GPU's own index counts.
     published = [{"index": int(i), "address": a} for i, a in BUS_ORDER.items()]
     if order == "listed":

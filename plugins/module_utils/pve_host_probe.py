@@ -13,9 +13,9 @@ from __future__ import annotations
 import os
 import re
 
-if __package__:  # ansible.module_utils.pve_host_inventory, in a module (Ansible sends gpu_switch along)
+if __package__:  # ansible.module_utils.pve_host_probe, in a module (Ansible sends gpu_switch along)
     from .gpu_switch import entries, pci
-else:  # plain pve_host_inventory, with plugins/module_utils on sys.path (the unit tests)
+else:  # plain pve_host_probe, with plugins/module_utils on sys.path (the unit tests)
     from gpu_switch import entries, pci
 
 NVIDIA = "0x10de"

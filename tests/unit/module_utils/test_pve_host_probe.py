@@ -2,7 +2,7 @@
 
 import os
 
-import pve_host_inventory as inv
+import pve_host_probe as inv
 import pytest
 from gpu_switch import pci
 from pve_testlib import BRIDGE, GPUS, NIC
