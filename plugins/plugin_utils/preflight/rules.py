@@ -310,7 +310,7 @@ def _cuda_home(get, rule):
         if _empty(value) or not isinstance(value, str) or not value.startswith("/"):
             continue
         if value.rstrip("/") not in homes:
-            close = [h for h in homes if h.rsplit("-", 1)[-1] in value] or homes[-1:]
+            close = difflib.get_close_matches(value, homes, n=1, cutoff=0.0) or homes[-1:]
             out.append(
                 Refusal(
                     label,
