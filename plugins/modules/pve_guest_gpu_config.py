@@ -24,7 +24,7 @@ from ansible.module_utils.pve_api import (
     explain,
     status_code,
 )
-from ansible.module_utils.pve_guest_config import apply, config_text, covers, dev_value, hostpci_value, plan
+from ansible.module_utils.pve_guest_gpu_config import apply, config_text, covers, dev_value, hostpci_value, plan
 
 DOCUMENTATION = r"""
 ---

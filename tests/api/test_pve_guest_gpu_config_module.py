@@ -1,7 +1,7 @@
 """API contract of pve_guest_gpu_config: every call it makes, against fakepve (PVE 9 schema and permissions).
 
 fakepve is strict about devN formats and root@pam-only options, and accepts malformed hostpciN strings;
-the module validates those itself (tests/unit/module_utils/test_pve_guest_config.py).
+the module validates those itself (tests/unit/module_utils/test_pve_guest_gpu_config.py).
 """
 
 import pytest

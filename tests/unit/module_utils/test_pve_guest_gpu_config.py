@@ -2,11 +2,11 @@
 
 import re
 
-import pve_guest_config
+import pve_guest_gpu_config
 import pytest
 from gpu_switch import entries
 from gpu_switch.entries import EntryError, canonical_dev, canonical_hostpci, parse_hostpci
-from pve_guest_config import config_text, covers, dev_value, hostpci_value, plan
+from pve_guest_gpu_config import config_text, covers, dev_value, hostpci_value, plan
 
 # --- devN ---------------------------------------------------------------------------------------------
 
@@ -48,7 +48,7 @@ def test_malformed_dev_entries_are_refused_with_the_reason(value, why):
 
 def test_the_module_validates_with_gpu_switchs_parser():
     # One grammar for the Ansible module and gpu-switch (tests/unit/gpu_switch/test_pve_entries.py).
-    assert pve_guest_config.entries is entries
+    assert pve_guest_gpu_config.entries is entries
     with pytest.raises(EntryError, match="is not an octal mode"):
         dev_value({"path": "/dev/nvidia0", "mode": "666"})  # PVE's pattern is 0[0-7]{3}
     with pytest.raises(EntryError, match="is not a PCI address"):

@@ -9,9 +9,9 @@ from here, since it is also installed on its own as a command.
 
 from __future__ import annotations
 
-if __package__:  # ansible.module_utils.pve_guest_config, in a module (Ansible sends gpu_switch along)
+if __package__:  # ansible.module_utils.pve_guest_gpu_config, in a module (Ansible sends gpu_switch along)
     from .gpu_switch import entries
-else:  # plain pve_guest_config, with plugins/module_utils on sys.path (the unit tests)
+else:  # plain pve_guest_gpu_config, with plugins/module_utils on sys.path (the unit tests)
     from gpu_switch import entries
 
 
