@@ -182,9 +182,37 @@ def test_a_gpu_string_says_so_instead_of_failing_on_an_attribute():
 
 
 def test_gpu_addresses_must_be_in_the_published_inventory_when_known():
-    facts = {"inferhost_gpus": {"gpus": [{"address": g["address"]} for g in GPUS[:7]]}}
+    facts = {"inferhost_gpu_facts": {"gpus": [{"address": g["address"]} for g in GPUS[:7]]}}
     found = only(problems(pve={"ansible_local": facts}, targets=["pve"]))
     assert found.variable == "inferhost_gpus[7].address" and "0000:08:00.0" in found.given
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        "{{ ansible_local['inferhost_gpus']['gpus'] | default([]) }}",
+        '{{ ansible_local["inferhost_gpus"].gpus }}',
+        "{{ (ansible_local | default({})).inferhost_gpus.gpus }}",
+    ],
+)
+def test_a_template_that_reads_the_gpu_facts_by_their_former_name_is_refused(template):
+    # The host's published facts were ansible_local.inferhost_gpus: read so, pve_guest_gpu_gpus renders its default.
+    variables = {**PVE, "pve_guest_gpu_gpus": []}
+    views = {
+        "pve": inventory.HostView(
+            "pve", variables, variables.get, ["pve_hosts"], raw=lambda n: template if n == "pve_guest_gpu_gpus" else ""
+        )
+    }
+    found = only(checks.Checker(views, ["pve"], ROLE_MAP, SPECS, DECLARED, rules=RULES).run())
+    assert found.variable == "pve_guest_gpu_gpus" and "inferhost_gpus" in found.given
+    assert "ansible_local['inferhost_gpu_facts']" in found.fix
+
+
+def test_the_gpu_facts_read_by_their_name_are_no_problem():
+    variables = {**PVE, "pve_guest_gpu_gpus": []}
+    raw = {"pve_guest_gpu_gpus": "{{ ansible_local['inferhost_gpu_facts']['gpus'] | default([]) }}"}
+    views = {"pve": inventory.HostView("pve", variables, variables.get, ["pve_hosts"], raw=lambda n: raw.get(n, ""))}
+    assert checks.Checker(views, ["pve"], ROLE_MAP, SPECS, DECLARED, rules=RULES).run() == []
 
 
 def test_switch_gpus_must_be_gpus_of_the_host_once():

@@ -117,7 +117,7 @@ def test_a_role_with_rules_runs_them_first_in_its_preflight(role):
 # Asserts on a variable that the host playbook fills from the host's published facts: on a fresh host the
 # controller cannot know it, so the role checks it where it runs.
 FROM_THE_HOST = {
-    "preflight | Check the host's GPU inventory is known": "pve_guest_gpu_gpus: ansible_local.inferhost_gpus",
+    "preflight | Check the host's GPU inventory is known": "pve_guest_gpu_gpus: ansible_local.inferhost_gpu_facts",
 }
 
 
