@@ -25,9 +25,11 @@ apply() { ansible-playbook -i localhost, -e ansible_python_interpreter="$py" tes
 bench() {
   local label=$1; shift
   echo "== $label"
-  env NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,ENV "$@" "$py" scripts/nccl_allreduce.py --label "$label" \
+  # benchmark.yml's all-reduce program, timing back-to-back calls from 1 KiB to 1 GiB for the bandwidth.
+  env NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,ENV "$@" "$py" playbooks/files/allreduce-latency.py --label "$label" \
+      --method eager --dtype float32 --iters 20 --warmup 3 --sizes $(for k in $(seq 10 2 30); do echo $((1 << k)); done) \
       --json "$out/$label.json" >"$out/$label.log" 2>&1 || { tail -n 40 "$out/$label.log"; return 1; }
-  grep -E "^\[$label\]" "$out/$label.log"
+  grep -E "^$label allreduce-latency:" "$out/$label.log"
   grep -hoE "NCCL_(PROTO|ALGO|P2P_LEVEL) set by environment to [A-Za-z]+" "$out/$label.log" | sort | uniq -c || true
 }
 
