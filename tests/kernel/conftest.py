@@ -171,8 +171,8 @@ class KernelVM:
         )
         return self.check(script).split()[0]
 
-    def driver(self, bdf: str) -> str | None:
-        out = self.ssh(f"basename $(readlink /sys/bus/pci/devices/{bdf}/driver)").stdout.decode().strip()
+    def driver(self, address: str) -> str | None:
+        out = self.ssh(f"basename $(readlink /sys/bus/pci/devices/{address}/driver)").stdout.decode().strip()
         return out or None
 
 

@@ -1,7 +1,7 @@
 """The simulated PCI driver core: a model of what the kernel does for the sysfs files gpu-switch writes.
 
-The model keeps its tree on a plain directory, shaped as the kernel's (``bus/pci/devices/<bdf>`` links to
-``devices/pci0000:00/<bdf>``, each with ``vendor``, ``class``, ``driver_override``, ``numa_node``,
+The model keeps its tree on a plain directory, shaped as the kernel's (``bus/pci/devices/<address>`` links to
+``devices/pci0000:00/<address>``, each with ``vendor``, ``class``, ``driver_override``, ``numa_node``,
 ``iommu_group`` and ``driver`` links), and ``FakeKernel.write`` answers a write as sysfs does:
 
 - ``driver_override``: stored; writing it never unbinds; an empty value clears it;
@@ -12,7 +12,7 @@ The model keeps its tree on a plain directory, shaped as the kernel's (``bus/pci
   native driver; ENODEV for an unknown device;
 - ``new_id``/``remove_id`` and every other file: refused (gpu-switch must never use them);
 - a path marked hung blocks forever, as a stuck unbind does;
-- binding ``nvidia`` creates ``/proc/driver/nvidia/gpus/<bdf>/information`` and ``/dev/nvidiaN``.
+- binding ``nvidia`` creates ``/proc/driver/nvidia/gpus/<address>/information`` and ``/dev/nvidiaN``.
 
 Two ways in: the unit tests call ``write`` in-process (through ``ThreadWriter``, the seam gpu-switch's
 Switcher takes), and ``gpu_fuse`` serves the tree as a FUSE filesystem whose writes reach the same model,
@@ -127,7 +127,7 @@ class FakeKernel:
 
     def add_device(
         self,
-        bdf: str,
+        address: str,
         *,
         vendor: str = "0x10de",
         device: str = "0x2bb5",
@@ -138,7 +138,7 @@ class FakeKernel:
         driver: str | None = None,
         minor: int | None = None,
     ) -> None:
-        real = os.path.join(self.root, "devices", "pci0000:00", bdf)
+        real = os.path.join(self.root, "devices", "pci0000:00", address)
         os.makedirs(real, exist_ok=True)
         for attr, value in (
             ("vendor", vendor),
@@ -149,16 +149,16 @@ class FakeKernel:
         ):
             with open(os.path.join(real, attr), "w") as fh:
                 fh.write(value + "\n")
-        os.symlink(f"../../../devices/pci0000:00/{bdf}", os.path.join(self.root, "bus", "pci", "devices", bdf))
+        os.symlink(f"../../../devices/pci0000:00/{address}", os.path.join(self.root, "bus", "pci", "devices", address))
         if group is not None:
             gdir = os.path.join(self.root, "kernel", "iommu_groups", str(group), "devices")
             os.makedirs(gdir, exist_ok=True)
-            os.symlink(f"../../../../devices/pci0000:00/{bdf}", os.path.join(gdir, bdf))
+            os.symlink(f"../../../../devices/pci0000:00/{address}", os.path.join(gdir, address))
             os.symlink(f"../../../kernel/iommu_groups/{group}", os.path.join(real, "iommu_group"))
-        self.meta["devices"][bdf] = {"native": native, "minor": minor}
+        self.meta["devices"][address] = {"native": native, "minor": minor}
         self._save()
         if driver:
-            self._bind(bdf, driver)
+            self._bind(address, driver)
 
     def add_gpu(
         self,
@@ -215,16 +215,16 @@ class FakeKernel:
     def reboot(self, boot_id: str) -> None:
         """What a host reboot does to the tree: a new boot id, overrides gone, every function probed afresh."""
         self.unhang()
-        for bdf in sorted(self.meta["devices"]):
-            driver = self.driver_of(bdf)
+        for address in sorted(self.meta["devices"]):
+            driver = self.driver_of(address)
             if driver:
-                self._unbind(bdf, driver)
-            with open(os.path.join(self._dev(bdf), "driver_override"), "w") as fh:
+                self._unbind(address, driver)
+            with open(os.path.join(self._dev(address), "driver_override"), "w") as fh:
                 fh.write("(null)\n")
-        for bdf in sorted(self.meta["devices"]):
-            native = self.meta["devices"][bdf].get("native")
+        for address in sorted(self.meta["devices"]):
+            native = self.meta["devices"][address].get("native")
             if self._loaded(native):
-                self._bind(bdf, native)
+                self._bind(address, native)
         with open(os.path.join(self.proc, "sys", "kernel", "random", "boot_id"), "w") as fh:
             fh.write(boot_id + "\n")
 
@@ -240,44 +240,43 @@ class FakeKernel:
 
     # -------------------------------------------------------------- state
 
-    def _dev(self, bdf: str) -> str:
-        return os.path.join(self.root, "devices", "pci0000:00", bdf)
+    def _dev(self, address: str) -> str:
+        return os.path.join(self.root, "devices", "pci0000:00", address)
 
     def _loaded(self, driver: str | None) -> bool:
         return bool(driver) and os.path.isdir(os.path.join(self.root, "bus", "pci", "drivers", driver))
 
-    def driver_of(self, bdf: str) -> str | None:
+    def driver_of(self, address: str) -> str | None:
         try:
-            return os.path.basename(os.readlink(os.path.join(self._dev(bdf), "driver")))
+            return os.path.basename(os.readlink(os.path.join(self._dev(address), "driver")))
         except OSError:
             return None
 
-    def override_of(self, bdf: str) -> str | None:
-        with open(os.path.join(self._dev(bdf), "driver_override")) as fh:
+    def override_of(self, address: str) -> str | None:
+        with open(os.path.join(self._dev(address), "driver_override")) as fh:
             value = fh.read().strip()
         return None if value == "(null)" else value
 
-    def _bind(self, bdf: str, driver: str) -> None:
-        os.symlink(f"../../../bus/pci/drivers/{driver}", os.path.join(self._dev(bdf), "driver"))
-        os.symlink(
-            f"../../../../devices/pci0000:00/{bdf}", os.path.join(self.root, "bus", "pci", "drivers", driver, bdf)
-        )
-        minor = self.meta["devices"].get(bdf, {}).get("minor")
+    def _bind(self, address: str, driver: str) -> None:
+        os.symlink(f"../../../bus/pci/drivers/{driver}", os.path.join(self._dev(address), "driver"))
+        link = os.path.join(self.root, "bus", "pci", "drivers", driver, address)
+        os.symlink(f"../../../../devices/pci0000:00/{address}", link)
+        minor = self.meta["devices"].get(address, {}).get("minor")
         if driver == "nvidia" and minor is not None:
-            info = os.path.join(self.proc, "driver", "nvidia", "gpus", bdf)
+            info = os.path.join(self.proc, "driver", "nvidia", "gpus", address)
             os.makedirs(info, exist_ok=True)
             with open(os.path.join(info, "information"), "w") as fh:
                 fh.write(
-                    f"Model: \t\t NVIDIA RTX PRO 6000 Blackwell Server Edition\nBus Location: \t {bdf}\n"
+                    f"Model: \t\t NVIDIA RTX PRO 6000 Blackwell Server Edition\nBus Location: \t {address}\n"
                     f"Device Minor: \t {minor}\n"
                 )
             open(os.path.join(self.dev, f"nvidia{minor}"), "a").close()
 
-    def _unbind(self, bdf: str, driver: str) -> None:
-        os.unlink(os.path.join(self._dev(bdf), "driver"))
-        os.unlink(os.path.join(self.root, "bus", "pci", "drivers", driver, bdf))
+    def _unbind(self, address: str, driver: str) -> None:
+        os.unlink(os.path.join(self._dev(address), "driver"))
+        os.unlink(os.path.join(self.root, "bus", "pci", "drivers", driver, address))
         if driver == "nvidia":
-            info = os.path.join(self.proc, "driver", "nvidia", "gpus", bdf)
+            info = os.path.join(self.proc, "driver", "nvidia", "gpus", address)
             if os.path.isdir(info):
                 os.unlink(os.path.join(info, "information"))
                 os.rmdir(info)
@@ -322,29 +321,30 @@ class FakeKernel:
         else:
             raise _err(errno.EPERM if parts[-1] in ("new_id", "remove_id") else errno.EACCES, real)
 
-    def _probe(self, real: str, bdf: str) -> None:
-        if bdf not in self.meta["devices"]:
+    def _probe(self, real: str, address: str) -> None:
+        if address not in self.meta["devices"]:
             raise _err(errno.ENODEV, real)
-        if self.driver_of(bdf) is None:
-            override = self.override_of(bdf)
-            choice = override if override else self.meta["devices"][bdf].get("native")
+        if self.driver_of(address) is None:
+            override = self.override_of(address)
+            choice = override if override else self.meta["devices"][address].get("native")
             if self._loaded(choice):
-                self._bind(bdf, choice)
+                self._bind(address, choice)
 
-    def _driver_attr(self, real: str, driver: str, attr: str, bdf: str) -> None:
-        if bdf not in self.meta["devices"]:
+    def _driver_attr(self, real: str, driver: str, attr: str, address: str) -> None:
+        if address not in self.meta["devices"]:
             raise _err(errno.ENODEV, real)
         if attr == "unbind":
-            if self.driver_of(bdf) != driver:
+            if self.driver_of(address) != driver:
                 raise _err(errno.ENODEV, real)
-            self._unbind(bdf, driver)
+            self._unbind(address, driver)
             return
-        if self.driver_of(bdf) is not None:
+        if self.driver_of(address) is not None:
             raise _err(errno.EBUSY, real)
-        override = self.override_of(bdf)
-        if (override and override != driver) or (not override and self.meta["devices"][bdf].get("native") != driver):
+        override = self.override_of(address)
+        native = self.meta["devices"][address].get("native")
+        if (override and override != driver) or (not override and native != driver):
             raise _err(errno.ENODEV, real)
-        self._bind(bdf, driver)
+        self._bind(address, driver)
 
 
 def build(root: str, gpus: int | list, functions: int = 2, dev: str | None = None) -> list[str]:

@@ -106,7 +106,7 @@ class Rig:
         return code, out.getvalue(), err.getvalue()
 
     def drivers(self) -> dict[str, str | None]:
-        return {bdf: self.kernel.driver_of(bdf) for bdf in sorted(self.kernel.meta["devices"])}
+        return {address: self.kernel.driver_of(address) for address in sorted(self.kernel.meta["devices"])}
 
     def functions(self) -> list[str]:
         return sorted(self.kernel.meta["devices"])

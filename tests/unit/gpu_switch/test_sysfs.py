@@ -100,18 +100,18 @@ def test_unbind_of_a_function_not_bound_to_that_driver_fails_like_the_kernel(ker
 
 
 def test_drivers_probe_honours_driver_override(kernel):
-    bdf = "0000:01:00.0"
-    kernel.write(path(kernel, f"bus/pci/devices/{bdf}/driver_override"), "vfio-pci\n")
-    assert kernel.driver_of(bdf) == "nvidia"  # writing the override does not unbind
-    kernel.write(path(kernel, "bus/pci/drivers/nvidia/unbind"), bdf)
-    kernel.write(path(kernel, "bus/pci/drivers_probe"), bdf)
-    assert kernel.driver_of(bdf) == "vfio-pci"
-    assert not os.path.exists(os.path.join(kernel.proc, "driver/nvidia/gpus", bdf))
-    kernel.write(path(kernel, "bus/pci/drivers/vfio-pci/unbind"), bdf)
-    kernel.write(path(kernel, f"bus/pci/devices/{bdf}/driver_override"), "\n")
-    kernel.write(path(kernel, "bus/pci/drivers_probe"), bdf)
-    assert kernel.driver_of(bdf) == "nvidia"
-    assert os.path.exists(os.path.join(kernel.proc, "driver/nvidia/gpus", bdf, "information"))
+    address = "0000:01:00.0"
+    kernel.write(path(kernel, f"bus/pci/devices/{address}/driver_override"), "vfio-pci\n")
+    assert kernel.driver_of(address) == "nvidia"  # writing the override does not unbind
+    kernel.write(path(kernel, "bus/pci/drivers/nvidia/unbind"), address)
+    kernel.write(path(kernel, "bus/pci/drivers_probe"), address)
+    assert kernel.driver_of(address) == "vfio-pci"
+    assert not os.path.exists(os.path.join(kernel.proc, "driver/nvidia/gpus", address))
+    kernel.write(path(kernel, "bus/pci/drivers/vfio-pci/unbind"), address)
+    kernel.write(path(kernel, f"bus/pci/devices/{address}/driver_override"), "\n")
+    kernel.write(path(kernel, "bus/pci/drivers_probe"), address)
+    assert kernel.driver_of(address) == "nvidia"
+    assert os.path.exists(os.path.join(kernel.proc, "driver/nvidia/gpus", address, "information"))
 
 
 def test_bind_of_an_unknown_or_unmatched_device_fails(kernel):
@@ -152,7 +152,7 @@ def test_a_hung_path_blocks_and_the_thread_writer_gives_up(kernel):
 def test_rebinder_moves_one_function_by_address_and_restores_it(kernel):
     sysfs = Sysfs(kernel.root)
     seen = []
-    rebinder = Rebinder(sysfs, ThreadWriter(kernel.write), 1.0, lambda bdf, p, v: seen.append(os.path.basename(p)))
+    rebinder = Rebinder(sysfs, ThreadWriter(kernel.write), 1.0, lambda address, p, v: seen.append(os.path.basename(p)))
     assert rebinder.bind("0000:01:00.1", "vfio-pci", "vfio-pci") is True
     assert (sysfs.driver("0000:01:00.1"), sysfs.override("0000:01:00.1")) == ("vfio-pci", "vfio-pci")
     assert sysfs.driver("0000:01:00.0") == "nvidia"  # the twin function was not touched

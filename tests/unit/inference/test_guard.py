@@ -23,9 +23,9 @@ def nodes(tmp_path):
     for name in ("nvidia0", "nvidia1", "nvidiactl"):
         (dev / name).write_text("")
     sysfs = tmp_path / "sys"
-    for bdf, driver in (("0000:01:00.0", "nvidia"), ("0000:02:00.0", "vfio-pci")):
+    for address, driver in (("0000:01:00.0", "nvidia"), ("0000:02:00.0", "vfio-pci")):
         (sysfs / "bus/pci/drivers" / driver).mkdir(parents=True, exist_ok=True)
-        device = sysfs / "bus/pci/devices" / bdf
+        device = sysfs / "bus/pci/devices" / address
         device.mkdir(parents=True)
         (device / "driver").symlink_to(f"../../drivers/{driver}")
     return dev, sysfs
