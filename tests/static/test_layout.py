@@ -33,6 +33,8 @@ MIRRORS = {
 
 # Test files of a topic that spans several code files, each with the reason it is kept whole.
 SPANNING = {
+    "preflight/test_mutations.py": "every option of every role's argument spec, mutated and run through the whole "
+    "preflight (the inventory's reader, the checks, the roles' rules)",
     "action/test_config_files_packages.py": "config_files' packages: the action (plugins/action/config_files.py) "
     "reads them and the module (plugins/modules/config_files.py) writes and prunes them, run together as a task",
     "gpu_switch/test_pve_entries.py": "the API client's task waiting and retries (pve.py) and the hostpciN and "

@@ -29,6 +29,7 @@ import json
 import re
 
 import yaml
+
 from preflight import rules as role_rules
 from preflight.inventory import (
     DRIVER_VERSION,
@@ -249,9 +250,12 @@ class Checker:
 
     def _trap(self, host, root, label, key, option, value):  # noqa: PLR0913, PLR0917 - where, and what
         """The traps of one value against its option; label is the path to it, key the name a fix writes."""
-        if self._named(host, root, label) or is_secret_name(key):
-            return  # a secret's fix would show its value; the argument spec check still applies to it
+        if self._named(host, root, label):
+            return
         kind = option.get("type", "str")
+        if is_secret_name(key):
+            self._secret_trap(host, root, label, key, kind, value)
+            return
         if kind == "list" and isinstance(value, str):
             items = [i.strip() for i in value.split(",") if i.strip()]
             if option.get("elements") == "int":
@@ -300,13 +304,41 @@ class Checker:
                 )
                 return
             self._trap_entries(host, root, label, suboptions, value)
-        elif kind == "str" and isinstance(value, float):
+        else:
+            self._scalar_trap(host, root, label, key, option, value)
+
+    def _scalar_trap(self, host, root, label, key, option, value):  # noqa: PLR0913, PLR0917 - where, and what
+        """A list, a mapping or a number where a string or a path is meant (Ansible turns each into text)."""
+        kind = option.get("type", "str")
+        if kind in ("str", "path") and isinstance(value, (list, dict)) and not option.get("choices"):
+            self.refuse(
+                host,
+                label,
+                f"{self.shown(value, key)} ({_kind(value)})",
+                f"a {'path' if kind == 'path' else 'string'}: Ansible turns a {_kind(value)[2:]} into its text without "
+                "a word",
+                f"{key}: one {'path' if kind == 'path' else 'value'}, quoted",
+                root=root,
+            )
+        elif kind in ("str", "path") and isinstance(value, float):
             self.refuse(
                 host,
                 label,
                 f"{self.shown(value, key)} (a number)",
                 'a quoted string: YAML reads an unquoted 3.10 as the number 3.1, and Ansible passes it on as "3.1"',
                 f'{key}: "{value}" (quoted, with every digit meant)',
+                root=root,
+            )
+
+    def _secret_trap(self, host, root, label, key, kind, value):  # noqa: PLR0913, PLR0917 - where, and what
+        """A secret given as a number or a list: refused without its value, in the message or in the fix."""
+        if kind in ("str", "path") and isinstance(value, (float, list, dict)):
+            self.refuse(
+                host,
+                label,
+                f"{SECRET_SHOWN} ({_kind(value)})",
+                "a quoted string: unquoted, YAML reads some values as numbers (3.10 is 3.1) or lists",
+                f'{key}: "<the secret, quoted>" (in Ansible Vault)',
                 root=root,
             )
 
@@ -602,7 +634,8 @@ class Checker:
                 continue
             get = self._getter(host, role)
             for refusal in role_rules.evaluate(rules, get):
-                if (host, refusal.root) in self._failed or self._from_refused(host, refusal.root):
+                named = any(host in p.hosts and p.variable == refusal.variable for p in self.problems)
+                if named or (host, refusal.root) in self._failed or self._from_refused(host, refusal.root):
                     continue
                 self.refuse(
                     host,
@@ -728,6 +761,7 @@ def _kind(value) -> str:
         (int, "a number"),
         (float, "a number"),
         (dict, "a mapping"),
+        (list, "a list"),
     ):
         if isinstance(value, kind):
             return words

@@ -15,6 +15,7 @@ and exactly one of these kinds:
 ``match``     the value, as text, matches the regular expression (``^...$`` is the author's to write)
 ``string``    the value is a string (YAML reads 3.10 unquoted as the number 3.1)
 ``min``       an integer of at least this (true/false is no integer)
+``range``     [low, high]: an integer from low to high
 ``above``     a number above this
 ``unique``    no two entries of the list share the value
 ``among``     the value (each item of a list value) is one of the values found at another path; checked only
@@ -52,6 +53,7 @@ KINDS = (
     "match",
     "string",
     "min",
+    "range",
     "above",
     "unique",
     "among",
@@ -82,19 +84,57 @@ class RuleError(ValueError):
 
 
 def load(role_dir, read_yaml):
-    """The rules of a role (a list, empty when the role has none), checked for form; read_yaml(path) -> data."""
-    path = os.path.join(role_dir, RULES_FILE)
-    if not os.path.isfile(path):
-        return []
-    data = read_yaml(path) or {}
-    rules = data.get("rules") if isinstance(data, dict) else None
+    """The rules of a role (a list, empty when the role has none), checked for form; read_yaml(path) -> data.
+
+    Besides the rules written in the file, every option of type path in the role's argument spec is an absolute
+    path (the role reads or writes it on the machine), unless the file's ``relative_paths`` names it with why.
+    """
+    data = _rules_file(role_dir, read_yaml)
+    rules = data.get("rules")
     if not isinstance(rules, list):
-        raise RuleError(f"{path}: expected a mapping with a list under rules")
+        raise RuleError(f"{os.path.join(role_dir, RULES_FILE)}: expected a mapping with a list under rules")
     for index, rule in enumerate(rules):
         problem = _form(rule)
         if problem:
-            raise RuleError(f"{path}: rules[{index}]: {problem}")
-    return rules
+            raise RuleError(f"{os.path.join(role_dir, RULES_FILE)}: rules[{index}]: {problem}")
+    return rules + _absolute_paths(role_dir, read_yaml, data.get("relative_paths") or {})
+
+
+def accepted(role_dir, read_yaml) -> dict:
+    """{option: {mutation: why the role accepts it}}: the values of the generated test that a role takes on
+    purpose (an empty list of extra arguments, a relative path on the controller)."""
+    data = _rules_file(role_dir, read_yaml)
+    out = {name: dict(reasons) for name, reasons in (data.get("accepts") or {}).items()}
+    for name, reason in (data.get("relative_paths") or {}).items():
+        out.setdefault(name, {})["relative-path"] = reason
+    return out
+
+
+def _rules_file(role_dir, read_yaml):
+    path = os.path.join(role_dir, RULES_FILE)
+    data = (read_yaml(path) or {}) if os.path.isfile(path) else {"rules": []}
+    if not isinstance(data, dict):
+        raise RuleError(f"{path}: expected a mapping with a list under rules")
+    return data
+
+
+def _absolute_paths(role_dir, read_yaml, relative):
+    spec_file = os.path.join(role_dir, "meta", "argument_specs.yml")
+    if not os.path.isfile(spec_file):
+        return []
+    spec = read_yaml(spec_file) or {}
+    options = ((spec.get("argument_specs") or {}).get("main") or {}).get("options") or {}
+    return [
+        {
+            "path": name,
+            "match": r"^(/|$)",
+            "expected": "an absolute path (the role reads or writes it on the machine)",
+            "fix": f"{name}: {option.get('default') or '/<absolute path>'}",
+            "refuses": "relative/path",
+        }
+        for name, option in options.items()
+        if isinstance(option, dict) and option.get("type") == "path" and name not in relative
+    ]
 
 
 def _form(rule):
@@ -229,6 +269,7 @@ _REFUSED = {
     "match": lambda get, rule, value: isinstance(value, (dict, list)) or not re.search(rule["match"], str(value)),
     "string": lambda get, rule, value: not isinstance(value, str),
     "min": lambda get, rule, value: not _int_like(value) or int(value) < rule["min"],
+    "range": lambda get, rule, value: not _int_like(value) or not rule["range"][0] <= int(value) <= rule["range"][1],
     "above": lambda get, rule, value: _number(value) is None or _number(value) <= rule["above"],
     "needs": lambda get, rule, value: not _empty(value) and _empty(get(rule["needs"])),
     "differs_from": lambda get, rule, value: (
