@@ -72,10 +72,6 @@ class ActionModule(ActionBase):
                 rules[role] = inventory.load_rules(role_dir)
         except ValueError as exc:
             return {**result, "failed": True, "msg": f"A role's rules cannot be read: {exc}"}
-        known_bad = inventory.load_yaml(os.path.join(inventory.ROLES_DIR, "inference_service", "vars", "main.yml")).get(
-            "__inference_service_known_bad", []
-        )
-
         views, roles = {}, {}
         for host in task_vars["groups"].get("all", []):
             # The host's variables as its own tasks see them (hostvars included), templated on demand.
@@ -102,7 +98,6 @@ class ActionModule(ActionBase):
             provided=args.get("provided") or [],
             files=inventory.VariableFiles(dirs),
             validator=validate,
-            known_bad=known_bad,
             rules=rules,
         )
         problems = checker.run()

@@ -38,8 +38,10 @@ options:
         checkpoint is only a warning (they are checked again when they become active).
     type: str
     default: ""
-  known_bad:
-    description: Known-bad backend rules (the role's C(vars/main.yml) documents the format).
+  known_bad_extra:
+    description:
+      - A site's own known-bad backend rules, checked after the built-in ones (C(module_utils/inference/known_bad.py)
+        holds those and documents the format).
     type: list
     elements: dict
     default: []
@@ -96,7 +98,7 @@ EXAMPLES = r"""
   inference_service_plan:
     services: "{{ inference_service_services }}"
     active: qwen35
-    known_bad: "{{ __inference_service_known_bad }}"
+    known_bad_extra: "{{ inference_service_known_bad_extra }}"
     compute_capability: "12.0"
     gpu_count: 8
   register: __inference_service_plan
@@ -176,7 +178,7 @@ def checkpoint_size(modelconfig, path):
 def plan_one(params, service, units):
     # Imported here, after argument parsing: ansible-lint's args rule validates task arguments by running
     # main() up to AnsibleModule() without our module_utils on its path. Ansiballz still ships them.
-    from ansible.module_utils.inference import command, modelconfig, plan  # noqa: PLC0415
+    from ansible.module_utils.inference import command, known_bad, modelconfig, plan  # noqa: PLC0415
 
     name = service.get("name", "?")
     result = {"name": name, "refusals": [], "warnings": [], "edits": []}
@@ -199,7 +201,7 @@ def plan_one(params, service, units):
         service,
         config=config or None,
         quant_config=quant,
-        known_bad=params["known_bad"],
+        known_bad=known_bad.rules(params["known_bad_extra"]),
         compute_capability=params["compute_capability"],
         engine_version=version,
         gpu_count=params["gpu_count"],
@@ -254,7 +256,7 @@ def main():
         argument_spec={
             "services": {"type": "list", "elements": "dict", "required": True},
             "active": {"type": "str", "default": ""},
-            "known_bad": {"type": "list", "elements": "dict", "default": []},
+            "known_bad_extra": {"type": "list", "elements": "dict", "default": []},
             "compute_capability": {"type": "str"},
             "gpu_count": {"type": "int"},
             "memory_gb": {"type": "float"},
@@ -268,9 +270,13 @@ def main():
         },
         supports_check_mode=True,
     )
-    from ansible.module_utils.inference import plan  # noqa: PLC0415  (see plan_one)
+    from ansible.module_utils.inference import known_bad, plan  # noqa: PLC0415  (see plan_one)
 
     params = module.params
+    try:
+        known_bad.rules(params["known_bad_extra"])
+    except ValueError as exc:
+        module.fail_json(msg=str(exc))
     services = params["services"]
     names = [s.get("name") for s in services]
     duplicates = sorted({n for n in names if names.count(n) > 1})

@@ -53,9 +53,10 @@ from preflight.inventory import (
 )
 
 try:  # plugins/module_utils on sys.path: the action plugin and the unit tests both put it there
+    from inference import known_bad as known_bad_rules
     from inference import plan as service_plan
 except ImportError:  # pragma: no cover - only without the project's module_utils
-    service_plan = None
+    known_bad_rules = service_plan = None
 
 
 class Checker:
@@ -64,8 +65,8 @@ class Checker:
     views: {host: HostView} of every inventory host (cross-checks read a guest's Proxmox host); targets: the
     hosts the run touches; roles: {host: [role, ...]}; specs: {role: options}; declared: every name any role
     declares; provided: names the playbooks set themselves (not inventory data); files: a VariableFiles;
-    validator: (options, params) -> [(option, message)], the argument spec check; known_bad: the inference
-    service role's known-bad matrix; rules: {role: its value rules}.
+    validator: (options, params) -> [(option, message)], the argument spec check; known_bad: rules added to the
+    inference code's known-bad matrix (tests); rules: {role: its value rules}.
     """
 
     def __init__(  # noqa: PLR0913 - what a run is made of
@@ -733,8 +734,20 @@ class Checker:
         return capability if isinstance(capability, str) and re.fullmatch(r"[0-9]+\.[0-9]", capability) else None
 
     def _known_bad(self, host, service):
-        """The known-bad rules that hold without the installed engine version (the role checks the others)."""
-        rules = list(self.known_bad) + list(self.value(host, "inference_service_known_bad_extra", []) or [])
+        """The known-bad rules (inference.known_bad, with the site's own) that hold without the installed engine
+        version (the role checks the others); None when the site's own rules are malformed (refused here)."""
+        extra = self.value(host, "inference_service_known_bad_extra", []) or []
+        try:
+            rules = (known_bad_rules.rules(extra) if known_bad_rules else []) + list(self.known_bad)
+        except ValueError as exc:
+            self.refuse(
+                host,
+                "inference_service_known_bad_extra",
+                self.shown(extra),
+                "rules in the format of the built-in ones (plugins/module_utils/inference/known_bad.py)",
+                str(exc).split(": ", 1)[-1][:200],
+            )
+            return []
         bounded = ("engine_version_below", "engine_version_max")
         return [
             r

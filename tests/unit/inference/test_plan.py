@@ -3,8 +3,7 @@
 import copy
 
 import pytest
-import yaml
-from inference import modelconfig
+from inference import known_bad, modelconfig
 from inference.plan import (
     check_known_bad,
     flag_value,
@@ -16,7 +15,7 @@ from inference.plan import (
 )
 from inference_refdata import MODELS, REFERENCE, ROLE
 
-RULES = yaml.safe_load((ROLE / "vars/main.yml").read_text())["__inference_service_known_bad"]
+RULES = known_bad.rules()
 
 
 def plan(service, model=None, cc="12.0", version=None, **kw):

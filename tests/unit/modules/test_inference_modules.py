@@ -8,8 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
-from inference_refdata import MODELS, REFERENCE, ROLE
+from inference_refdata import MODELS, REFERENCE
 from localhost import free_port, wait_listening
 from module_runner import load_module, run_module
 
@@ -17,7 +16,6 @@ from inferhost.sim import ENGINE_DIR
 
 PLAN = load_module("inference_service_plan")
 EDIT = load_module("inference_checkpoint_edit")
-RULES = yaml.safe_load((ROLE / "vars/main.yml").read_text())["__inference_service_known_bad"]
 
 
 def at_fixtures(services):
@@ -31,7 +29,6 @@ def plan_args(services, **kw):
     args = {
         "services": at_fixtures(services),
         "active": "qwen35",
-        "known_bad": RULES,
         "compute_capability": "12.0",
         "gpu_count": 8,
     }

@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import pytest
+from inference import known_bad
 from preflight import checks, inventory
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -303,7 +304,7 @@ def test_the_file_of_a_variable_is_the_most_specific(tmp_path):
     assert files.file_of("inferhost_pve_host", "pve", []).endswith("hosts.yml")
 
 
-KNOWN_BAD = inventory.load_yaml(str(ROLES / "inference_service/vars/main.yml"))["__inference_service_known_bad"]
+KNOWN_BAD = known_bad.rules()
 
 
 def sglang_nvfp4(**args):
