@@ -99,6 +99,7 @@ class ActionModule(ActionBase):
             files=inventory.VariableFiles(dirs),
             validator=validate,
             rules=rules,
+            wiring=inventory.load_wiring(),
         )
         problems = checker.run()
         result["changed"] = False

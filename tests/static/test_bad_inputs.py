@@ -125,7 +125,7 @@ CASES = [
     Case("active-misspelt", SERVICE, rename("inference_service_active", "inference_service_activ"), "inference_service_activ"),
     Case("services-misspelt", SERVICE, rename("inference_service_services", "inference_service_servics"), "inference_service_servics"),
     Case("max-jobs-misspelt", BUILD, rename("source_build_max_jobs", "source_build_maxjobs"), "source_build_maxjobs"),
-    Case("iommu-misspelt", HOST_GPU, rename("pve_host_gpu_iommu_passthrough", "pve_host_gpu_iommu_pasthrough"), "pve_host_gpu_iommu_pasthrough"),
+    Case("iommu-misspelt", HOST_GPU, put("pve_host_gpu_iommu_pasthrough", True), "pve_host_gpu_iommu_pasthrough"),
     Case("gpus-misspelt", HARDWARE, rename("inferhost_gpus", "inferhost_gpu"), "inferhost_gpu"),
     Case("nccl-misspelt", NCCL, rename("nccl_tuning_settings", "nccl_tuning_setting"), "nccl_tuning_setting"),
     Case("project-name-unknown", VERSIONS, put("inferhost_driver_version", "590.48.01"), "inferhost_driver_version"),
@@ -183,8 +183,11 @@ CASES = [
     Case("switch-timeouts-partial", SWITCH, put("gpu_switch_timeouts", {"shutdown": 300}), "gpu_switch_timeouts"),
     Case("api-user-not-root", API, put("pve_api_user", "admin@pve"), "pve_api_user"),
     Case("api-node-missing", API, lambda d: d.pop("pve_api_node"), "pve_api_node"),
-    Case("vm-gpu-unknown", GUEST_GPU, lambda d: d["pve_guest_gpu_vms"][0].update(gpus=["0000:42:00.0"]), "pve_guest_gpu_vms[0].gpus"),
-    Case("ct-vmid-invalid", GUEST_GPU, lambda d: d["pve_guest_gpu_containers"][0].update(vmid=5), "pve_guest_gpu_containers[0].vmid"),
+    Case("vm-gpu-unknown", GUEST_GPU, put("pve_guest_gpu_vms", [{"vmid": "{{ inferhost_proxmox.vm_vmid }}", "gpus": ["0000:42:00.0"]}]), "pve_guest_gpu_vms[0].gpus"),
+    Case("ct-vmid-invalid", GUEST_GPU, put("pve_guest_gpu_containers", [{"vmid": 5, "gpus": "all"}]), "pve_guest_gpu_containers[0].vmid"),
+    # The wiring (playbooks/group_vars/all/wiring.yml): its site data missing, or a wired variable set where it loses.
+    Case("proxmox-ids-missing", PROXMOX, lambda d: d.pop("inferhost_proxmox"), "inferhost_proxmox"),
+    Case("wired-in-group-vars-all", VERSIONS, put("gpu_switch_gpus", ["0000:01:00.0"]), "gpu_switch_gpus"),
     Case("bootloader-choice", HOST_GPU, put("pve_host_gpu_bootloader", "lilo"), "pve_host_gpu_bootloader"),
     Case("kernel-args-string", HOST_GPU, put("pve_host_gpu_kernel_args_extra", "pcie_aspm=off"), "pve_host_gpu_kernel_args_extra"),
     Case("module-option-name", HOST_GPU, put("pve_host_gpu_module_options", {"nvidia_uvm": {"uvm disable hmm": 1}}), "pve_host_gpu_module_options.nvidia_uvm"),
@@ -213,7 +216,8 @@ def _copy_inventory(target: Path, case: Case) -> Path:
         if isinstance(change, str):
             path.write_text(change)
         else:
-            data = yaml.safe_load(path.read_text())
+            # A file the lab's inventory does not have (its values come from the wiring) starts empty.
+            data = yaml.safe_load(path.read_text()) if path.exists() else {}
             change(data)
             path.write_text(yaml.safe_dump(data, sort_keys=False))
     # ansible_dir-relative paths of inventory/lab (the lab's SSH key) point at this copy's parent.

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 import re
 
 import yaml
@@ -66,7 +67,8 @@ class Checker:
     hosts the run touches; roles: {host: [role, ...]}; specs: {role: options}; declared: every name any role
     declares; provided: names the playbooks set themselves (not inventory data); files: a VariableFiles;
     validator: (options, params) -> [(option, message)], the argument spec check; known_bad: rules added to the
-    inference code's known-bad matrix (tests); rules: {role: its value rules}.
+    inference code's known-bad matrix (tests); rules: {role: its value rules}; wiring: {role variable: the template
+    that hands it the site's data} (playbooks/group_vars/all/wiring.yml).
     """
 
     def __init__(  # noqa: PLR0913 - what a run is made of
@@ -82,9 +84,11 @@ class Checker:
         validator=None,
         known_bad=(),
         rules=None,
+        wiring=None,
     ):
         self.views = views
         self.rules = rules or {}
+        self.wiring = dict(wiring or {})
         self.known_bad = list(known_bad)
         self.targets = [h for h in targets if h in views]
         self.roles = roles
@@ -132,7 +136,18 @@ class Checker:
             raw = str(view.raw(name))
             reported = {r for h, r in self._reported if h == host} | self._suggested
             causes = [r for r in reported if re.search(rf"\b{re.escape(r)}\b", raw)]
-            if (host, name) not in self._reported and not causes:
+            missing = self._missing_source(host, name, raw)
+            if missing:
+                # A wired variable (playbooks/group_vars/all/wiring.yml) whose site data is not there: that is what
+                # the site must write.
+                self.refuse(
+                    host,
+                    missing,
+                    "nothing (not set)",
+                    INVENTORY_NAMES.get(missing, "the site's data"),
+                    f"set {missing} in the inventory (inventory/example shows where; {name} follows from it)",
+                )
+            elif (host, name) not in self._reported and not causes:
                 text = str(exc)
                 for secret in self.secrets:
                     text = text.replace(secret, SECRET_SHOWN)
@@ -146,12 +161,23 @@ class Checker:
             self._failed.add((host, name))
             return default
 
+    def _missing_source(self, host, name, raw):
+        """The site variable a wired variable reads and the host does not set, or None."""
+        if name not in self.wiring:
+            return None
+        view = self.views[host]
+        for source in re.findall(r"\b(inferhost_[a-z_]+)\b", raw):
+            if not view.has(source):
+                return source
+        return None
+
     # the checks
 
     def run(self) -> list[Problem]:
         # Misspelt names and the shared data first: what fails because of them is not reported again.
         for host in self.targets:
             self.check_unknown(host)
+            self.check_shadowed(host)
         for host in self.targets:
             self.check_shared(host)
         for host in self.targets:
@@ -163,6 +189,25 @@ class Checker:
             # Last: a variable (or a path inside one) that a check above named already is not named again.
             self.check_yaml_traps(host)
         return self.problems
+
+    def check_shadowed(self, host):
+        """A wired role variable that the site sets in its inventory's group_vars/all: the wiring, a playbook's
+        group_vars/all, takes precedence over that file, so the site's value would be ignored without a word."""
+        if not self.files:
+            return
+        view = self.views[host]
+        for name in sorted(set(self.wiring) & view.names):
+            file = self.files.file_of(name, host, [])
+            if file and f"{os.sep}group_vars{os.sep}all" in os.sep + file:
+                group = next((g for g in sorted(view.groups) if g not in ("all", "ungrouped")), "<group>")
+                self.refuse(
+                    host,
+                    name,
+                    self.shown(view.raw(name), name),
+                    "a value the run uses: playbooks/group_vars/all/wiring.yml sets it from the site's data and takes "
+                    "precedence over the inventory's group_vars/all",
+                    f"move it to group_vars/{group}/ (or host_vars/{host}/), which take precedence over the wiring",
+                )
 
     def check_unknown(self, host):
         view = self.views[host]

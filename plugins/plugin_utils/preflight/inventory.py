@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass, field
 
 import yaml
+
 from preflight import rules as role_rules
 from preflight.rules import UNSET, Unset  # noqa: F401 - the one "not set" of both preflights
 
@@ -22,6 +23,16 @@ from preflight.rules import UNSET, Unset  # noqa: F401 - the one "not set" of bo
 ROLES_DIR = os.path.join(
     os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))), "roles"
 )
+
+
+# The wiring from a site's data to the roles' variables, with the playbooks (a playbook's group_vars/all).
+WIRING_FILE = os.path.join(os.path.dirname(ROLES_DIR), "playbooks", "group_vars", "all", "wiring.yml")
+
+
+def load_wiring(path=WIRING_FILE) -> dict:
+    """{role variable: its template} of the wiring file (empty when there is none)."""
+    data = load_yaml(path) if os.path.isfile(path) else {}
+    return data if isinstance(data, dict) else {}
 
 
 def role_names(roles_dir=ROLES_DIR) -> list[str]:

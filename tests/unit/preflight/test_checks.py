@@ -304,6 +304,46 @@ def test_the_file_of_a_variable_is_the_most_specific(tmp_path):
     assert files.file_of("inferhost_pve_host", "pve", []).endswith("hosts.yml")
 
 
+WIRING = inventory.load_wiring()
+
+
+def test_the_wiring_hands_the_site_data_to_the_roles():
+    """Each wired variable is a role's, and reads the site's data (or the host's published facts)."""
+    assert WIRING, inventory.WIRING_FILE
+    for name, template in WIRING.items():
+        assert name in DECLARED, name
+        assert "inferhost_" in str(template), (name, template)
+
+
+def test_a_wired_variable_without_its_site_data_names_the_site_variable():
+    pve = {k: v for k, v in PVE.items() if not k.startswith("gpu_switch_") or k == "gpu_switch_gpus"}
+    template = WIRING["gpu_switch_container_vmid"]
+
+    def get(key):
+        if key == "gpu_switch_container_vmid":
+            raise inventory.TemplateFailure("'inferhost_proxmox' is undefined")
+        return pve[key]
+
+    variables = {**pve, "gpu_switch_container_vmid": template}
+    views = {"pve": inventory.HostView("pve", variables, get, ["pve_hosts"], raw=lambda n: variables.get(n, ""))}
+    found = checks.Checker(views, ["pve"], ROLE_MAP, SPECS, DECLARED, rules=RULES, wiring=WIRING).run()
+    assert [p.variable for p in found] == ["inferhost_proxmox"], [p.line() for p in found]
+    assert "set inferhost_proxmox in the inventory" in found[0].fix
+
+
+def test_a_wired_variable_set_in_the_inventorys_group_vars_all_is_refused(tmp_path):
+    (tmp_path / "group_vars" / "all").mkdir(parents=True)
+    (tmp_path / "group_vars" / "all" / "mine.yml").write_text("gpu_switch_gpus: ['0000:01:00.0']\n")
+    (tmp_path / "group_vars" / "pve_hosts").mkdir(parents=True)
+    (tmp_path / "group_vars" / "pve_hosts" / "ok.yml").write_text("pve_host_gpu_addresses: ['0000:01:00.0']\n")
+    views = {"pve": view("pve", ["pve_hosts"], **PVE, pve_host_gpu_addresses=["0000:01:00.0"])}
+    files = inventory.VariableFiles([str(tmp_path)])
+    found = checks.Checker(views, ["pve"], ROLE_MAP, SPECS, DECLARED, files=files, rules=RULES, wiring=WIRING).run()
+    problem = only(found)
+    assert problem.variable == "gpu_switch_gpus" and problem.file.endswith("group_vars/all/mine.yml")
+    assert problem.fix.startswith("move it to group_vars/pve_hosts/")
+
+
 KNOWN_BAD = known_bad.rules()
 
 
