@@ -52,6 +52,7 @@ from preflight.inventory import (
     secret_values,
     show,
 )
+from preflight.rules import int_like as _int_like
 
 try:  # plugins/module_utils on sys.path: the action plugin and the unit tests both put it there
     from inference import known_bad as known_bad_rules
@@ -836,21 +837,6 @@ def _flow(value) -> str:
     """A value as one line of YAML (flow style), to write after a variable's name in a fix."""
     plain = json.loads(json.dumps(value, default=str))
     return yaml.safe_dump(plain, default_flow_style=True, sort_keys=False, width=1 << 16).strip()
-
-
-def _int_like(value) -> bool:
-    if isinstance(value, bool):
-        return False
-    if isinstance(value, int):
-        return True
-    return isinstance(value, str) and re.fullmatch(r"-?[0-9]+", value.strip()) is not None
-
-
-def _number(value) -> float:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return 0.0
 
 
 def report(problems) -> str:

@@ -118,13 +118,6 @@ SECRET_NAME = re.compile(r"^vault_|password|passwd|token|api_key|secret", re.I)
 SECRET_SHOWN = "(secret)"
 PCI_ADDRESS = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[01][0-9a-f]\.[0-7]$")
 DRIVER_VERSION = re.compile(r"^[0-9]{3}\.[0-9]{2,3}\.[0-9]{2,3}$")
-CUDA_VERSION = re.compile(r"^[0-9]+\.[0-9]+$")
-CAPABILITY = re.compile(r"^[0-9]+\.[0-9]$")
-SHORT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-NCCL_NAME = re.compile(r"^NCCL_[A-Z0-9_]+$")
-NCCL_VALUE = re.compile(r"^[A-Za-z0-9_.,:;^=+/-]+$")
-MODULE_NAME = re.compile(r"^[a-z0-9_]+$")
-MODULE_PARAM = re.compile(r"^[A-Za-z0-9_]+$")
 VARS_EXTENSIONS = ("", ".yml", ".yaml", ".json")
 
 

@@ -216,7 +216,8 @@ def _empty(value) -> bool:
     return value is UNSET or value is None or value in ("", [], {})
 
 
-def _int_like(value) -> bool:
+def int_like(value) -> bool:
+    """An integer, or a string of one (true/false is none)."""
     if isinstance(value, bool):
         return False
     if isinstance(value, int):
@@ -268,8 +269,8 @@ def _among(get, rule, value):
 _REFUSED = {
     "match": lambda get, rule, value: isinstance(value, (dict, list)) or not re.search(rule["match"], str(value)),
     "string": lambda get, rule, value: not isinstance(value, str),
-    "min": lambda get, rule, value: not _int_like(value) or int(value) < rule["min"],
-    "range": lambda get, rule, value: not _int_like(value) or not rule["range"][0] <= int(value) <= rule["range"][1],
+    "min": lambda get, rule, value: not int_like(value) or int(value) < rule["min"],
+    "range": lambda get, rule, value: not int_like(value) or not rule["range"][0] <= int(value) <= rule["range"][1],
     "above": lambda get, rule, value: _number(value) is None or _number(value) <= rule["above"],
     "needs": lambda get, rule, value: not _empty(value) and _empty(get(rule["needs"])),
     "differs_from": lambda get, rule, value: (
@@ -365,67 +366,58 @@ def _cuda_home(get, rule):
     return out
 
 
+def _each(get, rule, judge):
+    """The refusals of judge over every value at the rule's path that is set: judge(value, parent) returns None
+    for a good value, or (expected, fix)."""
+    out = []
+    for label, value, parent in found(get, rule["path"]):
+        if value is UNSET:
+            continue
+        wrong = judge(value, parent)
+        if wrong:
+            out.append(Refusal(label, value, wrong[0], wrong[1], root_of(rule["path"])))
+    return out
+
+
 def _python_version(get, rule):
     """A Python version is a quoted string (or an interpreter path): unquoted, YAML reads 3.10 as the number 3.1."""
-    out = []
-    for label, value, _ in found(get, rule["path"]):
-        if value is UNSET or isinstance(value, str):
-            continue
+
+    def judge(value, _):
+        if isinstance(value, str):
+            return None
         meant = "3.12" if isinstance(value, (bool, dict, list)) or value is None else str(value)
         meant = "3.10" if meant == "3.1" else meant
-        out.append(
-            Refusal(
-                label,
-                value,
-                "a quoted Python version (or an interpreter path): unquoted, YAML reads 3.10 as the number 3.1",
-                f'python: "{meant}"',
-                root_of(rule["path"]),
-            )
-        )
-    return out
+        expected = "a quoted Python version (or an interpreter path): unquoted, YAML reads 3.10 as the number 3.1"
+        return expected, f'python: "{meant}"'
+
+    return _each(get, rule, judge)
 
 
 def _steps(get, rule):
     """An environment has at least one step, and each step lists packages."""
-    out = []
-    for label, steps, _ in found(get, rule["path"]):
-        if steps is UNSET:
-            continue
-        if (
-            not isinstance(steps, list)
-            or not steps
-            or any(not (isinstance(s, dict) and s.get("packages")) for s in steps)
-        ):
-            out.append(
-                Refusal(
-                    label,
-                    steps,
-                    "at least one step, each with packages",
-                    "steps: [{name: ..., packages: [...]}]",
-                    root_of(rule["path"]),
-                )
-            )
-    return out
+
+    def judge(steps, _):
+        listed = isinstance(steps, list) and all(isinstance(s, dict) and s.get("packages") for s in steps)
+        if steps and listed:
+            return None
+        return "at least one step, each with packages", "steps: [{name: ..., packages: [...]}]"
+
+    return _each(get, rule, judge)
 
 
 def _arch_list(get, rule):
     """A build's arch_list_variable is a variable its own environment sets (the arch list it compiles)."""
-    out = []
-    for label, value, build in found(get, rule["path"]):
-        if _empty(value):
-            continue
+
+    def judge(value, build):
         environment = build.get("environment") if isinstance(build, dict) else None
-        if not (isinstance(environment, dict) and value in environment):
-            out.append(
-                Refusal(
-                    label,
-                    value,
-                    "the name of a variable the build's environment sets (the arch list the build compiles)",
-                    "arch_list_variable: FLASH_ATTN_CUDA_ARCHS, with FLASH_ATTN_CUDA_ARCHS in environment",
-                    root_of(rule["path"]),
-                )
-            )
-    return out
+        if _empty(value) or (isinstance(environment, dict) and value in environment):
+            return None
+        return (
+            "the name of a variable the build's environment sets (the arch list the build compiles)",
+            "arch_list_variable: FLASH_ATTN_CUDA_ARCHS, with FLASH_ATTN_CUDA_ARCHS in environment",
+        )
+
+    return _each(get, rule, judge)
 
 
 def _gpus_named_one_way(get, rule):
@@ -554,31 +546,23 @@ def _guest_gpus(get, rule):
 
 def _gpu_indices(get, rule):
     """A service's GPUs: a YAML list of indices (integers)."""
-    out = []
-    for label, gpus, _ in found(get, rule["path"]):
-        if gpus is UNSET:
-            continue
-        if not isinstance(gpus, list) or any(isinstance(g, bool) or not isinstance(g, int) for g in gpus):
-            example = list(range(len(gpus))) if isinstance(gpus, list) and gpus else [0, 1]
-            out.append(
-                Refusal(
-                    label,
-                    gpus,
-                    "a YAML list of GPU indices (integers), such as [0, 1]; a string is not a list",
-                    f"gpus: {example}",
-                    root_of(rule["path"]),
-                )
-            )
-    return out
+
+    def judge(gpus, _):
+        if isinstance(gpus, list) and all(isinstance(g, int) and not isinstance(g, bool) for g in gpus):
+            return None
+        example = list(range(len(gpus))) if isinstance(gpus, list) and gpus else [0, 1]
+        return "a YAML list of GPU indices (integers), such as [0, 1]; a string is not a list", f"gpus: {example}"
+
+    return _each(get, rule, judge)
 
 
 def _capability(get, rule):
     """A compute capability is the quoted "X.Y" the known-bad rules compare with ("12.0"); any other form ("120",
     the number 12.0) matches none of them and switches every rule for the GPU off without a word."""
-    out = []
-    for label, capability, _ in found(get, rule["path"]):
-        if capability is UNSET or (isinstance(capability, str) and re.fullmatch(r"[0-9]+\.[0-9]", capability)):
-            continue
+
+    def judge(capability, _):
+        if isinstance(capability, str) and re.fullmatch(r"[0-9]+\.[0-9]", capability):
+            return None
         text = str(capability)
         digits = re.fullmatch(r"(?:sm_?)?([0-9]{1,3})", text, re.I)
         meant = "12.0"
@@ -590,17 +574,13 @@ def _capability(get, rule):
             meant = f"{digits.group(1)[:-1]}.{digits.group(1)[-1]}"  # sm_120 -> 12.0, sm_89 -> 8.9
         elif digits:
             meant = f"{int(digits.group(1))}.0"  # a major alone: 12 -> 12.0
-        out.append(
-            Refusal(
-                label,
-                capability,
-                'the compute capability as a quoted "X.Y" such as "12.0" (major.minor, as nvidia-smi --query-gpu='
-                "compute_cap shows it): the known-bad rules compare with that form",
-                f'compute_capability: "{meant}"',
-                root_of(rule["path"]),
-            )
+        expected = (
+            'the compute capability as a quoted "X.Y" such as "12.0" (major.minor, as nvidia-smi --query-gpu='
+            "compute_cap shows it): the known-bad rules compare with that form"
         )
-    return out
+        return expected, f'compute_capability: "{meant}"'
+
+    return _each(get, rule, judge)
 
 
 def _patch_diffs(get, rule):
