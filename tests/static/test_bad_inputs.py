@@ -40,9 +40,9 @@ NCCL = "group_vars/inference_guests/nccl_tuning.yml"
 PYENV = "group_vars/inference_guests/python_env.yml"
 CUDA = "group_vars/inference_guests/cuda_toolkit.yml"
 USERSPACE = "group_vars/inference_guests/nvidia_userspace.yml"
-GUEST = "group_vars/inference_guests/guest.yml"
+GUEST = "host_vars/lab-ct/guest.yml"
 VERSIONS = "group_vars/all/versions.yml"
-PROXMOX = "group_vars/all/proxmox.yml"
+PROXMOX = "host_vars/lab-pve/proxmox.yml"
 LABFILE = "group_vars/all/lab.yml"
 HARDWARE = "host_vars/lab-pve/hardware.yml"
 SWITCH = "group_vars/pve_hosts/gpu_switch.yml"
@@ -182,7 +182,7 @@ CASES = [
     Case("switch-timeouts-type", SWITCH, put("gpu_switch_timeouts", "fast"), "gpu_switch_timeouts"),
     Case("switch-timeouts-partial", SWITCH, put("gpu_switch_timeouts", {"shutdown": 300}), "gpu_switch_timeouts"),
     Case("api-user-not-root", API, put("pve_api_user", "admin@pve"), "pve_api_user"),
-    Case("api-node-missing", API, lambda d: d.pop("pve_api_node"), "pve_api_node"),
+    Case("api-node-missing", "host_vars/lab-pve/pve_api.yml", lambda d: d.pop("pve_api_node"), "pve_api_node"),
     Case("vm-gpu-unknown", GUEST_GPU, put("pve_guest_gpu_vms", [{"vmid": "{{ inferhost_proxmox.vm_vmid }}", "gpus": ["0000:42:00.0"]}]), "pve_guest_gpu_vms[0].gpus"),
     Case("ct-vmid-invalid", GUEST_GPU, put("pve_guest_gpu_containers", [{"vmid": 5, "gpus": "all"}]), "pve_guest_gpu_containers[0].vmid"),
     # The wiring (playbooks/group_vars/all/wiring.yml): its site data missing, or a wired variable set where it loses.

@@ -5,10 +5,12 @@ its reason; any other difference fails, naming the variable and the host."""
 import json
 import os
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 from inferhost.sim import apt_repo
 
@@ -151,3 +153,70 @@ def test_the_stand_in_driver_builds_no_module():
     for pkg in apt_repo.guest_packages(["590.48.01"]):
         assert not any(path.endswith(".ko") for path in pkg.get("files", {})), pkg["name"]
         assert ".ko" not in pkg.get("postinst", ""), pkg["name"]
+
+
+def _uncomment_the_second_host(hosts_yml: str) -> str:
+    """inventory/example's hosts.yml with its second host (the commented entries under each group) listed."""
+    lines = hosts_yml.splitlines()
+    out = [re.sub(r"^(\s+)# ((?:pve2|inference-ct2|inference-vm2):|  ansible_host: )", r"\1\2", line) for line in lines]
+    return "\n".join(out) + "\n"
+
+
+def test_the_example_as_a_two_host_cluster_passes_the_validation_play(tmp_path):
+    """inventory/example with its second host uncommented: each host with its own guests, node name and GPUs, every
+    guest naming its host; the validation play accepts it, and the wiring gives each host its own guests."""
+    site = tmp_path / "site"
+    shutil.copytree(ROOT / "inventory" / "example", site)
+    hosts = site / "hosts.yml"
+    hosts.write_text(_uncomment_the_second_host(hosts.read_text()))
+    listing = yaml.safe_load(hosts.read_text())["all"]["children"]
+    assert sorted(listing["pve_hosts"]["hosts"]) == ["pve1", "pve2"]
+    assert sorted(listing["inference_containers"]["hosts"]) == ["inference-ct", "inference-ct2"]
+    env = {**os.environ, "ANSIBLE_CACHE_PLUGIN": "memory", "ANSIBLE_NOCOLOR": "1"}
+    proc = subprocess.run(
+        ["ansible-playbook", "-i", str(hosts), "playbooks/preflight.yml", "-v", "-e", "vault_proxmox_password=pw-1234"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    checked = re.search(r"The inventory of (.*?) is consistent", " ".join(proc.stdout.split()))
+    assert checked and {"pve1", "pve2", "inference-ct2", "inference-vm2"} <= set(checked.group(1).split(", "))
+    proc = subprocess.run(
+        ["ansible-inventory", "-i", str(hosts), "--playbook-dir", "playbooks", "--list"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+    )
+    hv = json.loads(proc.stdout)["_meta"]["hostvars"]
+    ids = {
+        h: (hv[h]["inferhost_proxmox"]["container_vmid"], hv[h]["inferhost_proxmox"]["vm_vmid"])
+        for h in ("pve1", "pve2")
+    }
+    assert ids["pve1"] != ids["pve2"] and not set(ids["pve1"]) & set(ids["pve2"])
+    assert (hv["pve1"]["pve_api_node"], hv["pve2"]["pve_api_node"]) == ("pve1", "pve2")
+    assert (hv["inference-ct"]["inferhost_pve_host"], hv["inference-ct2"]["inferhost_pve_host"]) == ("pve1", "pve2")
+    # A move on one host of the cluster reaches that host alone.
+    proc = subprocess.run(
+        [
+            "ansible-playbook",
+            "-i",
+            str(hosts),
+            "playbooks/gpu_switch.yml",
+            "--list-hosts",
+            "-e",
+            "gpu_switch_hosts=pve2",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+    )
+    move = next(block for block in proc.stdout.split("play #") if ": Move the GPUs" in block)
+    moves = [move.split("hosts (", 1)[1].split(":", 1)[1].split()]
+    assert moves == [["pve2"]], proc.stdout

@@ -465,6 +465,7 @@ class Checker:
         proxmox = self.value(host, "inferhost_proxmox")
         if proxmox is not UNSET:
             self._check_proxmox(host, proxmox)
+            self._check_ids_in_cluster(host, proxmox)
         pve = self.value(host, "inferhost_pve_host")
         if pve is not UNSET and pve not in self.views:
             hosts = sorted(h for h, v in self.views.items() if "pve_hosts" in v.groups) or sorted(self.views)
@@ -572,7 +573,7 @@ class Checker:
                 "inferhost_proxmox",
                 self.shown(proxmox),
                 "a mapping with container_vmid and vm_vmid",
-                "copy group_vars/all/proxmox.yml from inventory/example and set its CHANGE lines",
+                "copy host_vars/pve1/proxmox.yml from inventory/example and set its CHANGE lines",
             )
             return
         for key in ("container_vmid", "vm_vmid"):
@@ -603,6 +604,30 @@ class Checker:
                 f"only {' and '.join(PROXMOX_KEYS)} in inferhost_proxmox",
                 f"move it to {moved} (group_vars/pve_hosts/pve_api.yml)" if moved else f"remove {key}",
             )
+
+    def _check_ids_in_cluster(self, host, proxmox):
+        """A guest id belongs to one guest of the whole cluster: two Proxmox hosts of the inventory that name the same
+        id would each move, start and stop the other's guest."""
+        if not isinstance(proxmox, dict):
+            return
+        for other in sorted(self.views):
+            if other == host or "pve_hosts" not in self.views[other].groups:
+                continue
+            theirs = self.value(other, "inferhost_proxmox", {})
+            if not isinstance(theirs, dict):
+                continue
+            for key in PROXMOX_KEYS:
+                mine = proxmox.get(key)
+                shared = [k for k in PROXMOX_KEYS if str(theirs.get(k)) == str(mine)]
+                if mine is not None and shared and host < other:
+                    self.refuse(
+                        host,
+                        f"inferhost_proxmox.{key}",
+                        self.shown(mine),
+                        f"an id no other host's guest has ({other} has {mine} as its {shared[0]}): guest ids are "
+                        "unique in a Proxmox cluster",
+                        f"inferhost_proxmox.{key}: the id `pct list` / `qm list` shows on {host}",
+                    )
 
     def check_host_gpus(self, host):
         """The GPU addresses each host role is given: well-formed, each once, and GPUs of this host."""

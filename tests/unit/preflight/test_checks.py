@@ -493,3 +493,25 @@ def test_a_build_cuda_home_is_a_toolkit_the_guest_installs(cuda_home, default, r
     ct = {"source_build_builds": [build], "cuda_toolkit_versions": ["12.8", "13.0"], "cuda_toolkit_default": default}
     found = problems(ct=ct, targets=["ct"])
     assert [p.variable for p in found] == (["source_build_builds[0].cuda_home"] if refused else [])
+
+
+def test_two_hosts_of_a_cluster_never_share_a_guest_id():
+    views = {
+        "pve": view("pve", ["pve_hosts"], **PVE, inferhost_proxmox={"container_vmid": 101, "vm_vmid": 201}),
+        "pve2": view(
+            "pve2",
+            ["pve_hosts"],
+            **{**PVE, "pve_api_node": "pve2"},
+            inferhost_proxmox={"container_vmid": 102, "vm_vmid": 101},
+        ),
+    }
+    found = only(checks.Checker(views, ["pve", "pve2"], ROLE_MAP, SPECS, DECLARED, rules=RULES).run())
+    assert found.variable == "inferhost_proxmox.container_vmid" and found.hosts == ["pve"]
+    assert "pve2 has 101 as its vm_vmid" in found.expected
+    views["pve2"] = view(
+        "pve2",
+        ["pve_hosts"],
+        **{**PVE, "pve_api_node": "pve2"},
+        inferhost_proxmox={"container_vmid": 102, "vm_vmid": 202},
+    )
+    assert checks.Checker(views, ["pve", "pve2"], ROLE_MAP, SPECS, DECLARED, rules=RULES).run() == []
