@@ -15,6 +15,7 @@ at once.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import shutil
@@ -86,18 +87,23 @@ def ensure_trainer(venv: Path = TRAINER, uv: Path = UV, python: str = "python3",
     interpreter = venv / "bin" / "python"
     stamp = venv / TRAINER_STAMP
     wanted = "\n".join(TRAINER_PACKAGES) + "\n"
-    if interpreter.exists() and stamp.exists() and stamp.read_text() == wanted:
-        return interpreter
-    env = trainer_environment()
-    if cache:
-        env["UV_CACHE_DIR"] = str(cache)
-    _run([uv, "venv", "--no-config", "--quiet", "--clear", "--python", python, venv], "making the trainer venv", env)
-    _run(
-        [uv, "pip", "install", "--no-config", "--quiet", "--python", interpreter, *TRAINER_PACKAGES],
-        f"installing {' '.join(TRAINER_PACKAGES)} into the trainer venv",
-        env,
-    )
-    stamp.write_text(wanted)
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    # Two runs at once (the lab's bring-up and a test that needs torch) make it once: the second waits.
+    with open(venv.parent / f".{venv.name}.lock", "w", encoding="utf-8") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if interpreter.exists() and stamp.exists() and stamp.read_text() == wanted:
+            return interpreter
+        env = trainer_environment()
+        if cache:
+            env["UV_CACHE_DIR"] = str(cache)
+        venv_argv = [uv, "venv", "--no-config", "--quiet", "--clear", "--python", python, venv]
+        _run(venv_argv, "making the trainer venv", env)
+        _run(
+            [uv, "pip", "install", "--no-config", "--quiet", "--python", interpreter, *TRAINER_PACKAGES],
+            f"installing {' '.join(TRAINER_PACKAGES)} into the trainer venv",
+            env,
+        )
+        stamp.write_text(wanted)
     return interpreter
 
 

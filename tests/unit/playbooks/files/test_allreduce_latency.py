@@ -20,8 +20,7 @@ from inferhost.sim import checkpoint
 
 ROOT = Path(__file__).resolve().parents[4]
 PROGRAM = ROOT / "playbooks" / "files" / "allreduce-latency.py"
-OWN_TORCH = ROOT / ".cache" / "unit" / "torch"
-TORCH_PIN = next(p for p in checkpoint.TRAINER_PACKAGES if p.startswith("torch=="))
+UV_CACHE = ROOT / ".cache" / "lab" / "uv-cache"
 
 # Run as the program's main module, with rank 1 adding 1 to the last element of every all-reduce of the second
 # size: the spawned ranks import this script again (spawn), so the wrapper is defined in each of them.
@@ -66,19 +65,9 @@ def torch_python():
     if given:
         assert has_torch(given), f"INFERHOST_TORCH_PYTHON={given} has no torch with gloo"
         return given
-    trainer = checkpoint.TRAINER / "bin" / "python"
-    stamp = checkpoint.TRAINER / checkpoint.TRAINER_STAMP
-    if stamp.exists() and stamp.read_text() == "\n".join(checkpoint.TRAINER_PACKAGES) + "\n" and has_torch(trainer):
-        return str(trainer)
-    python = OWN_TORCH / "bin" / "python"
-    if not has_torch(python):
-        env = {**checkpoint.trainer_environment(), "UV_CACHE_DIR": str(ROOT / ".cache" / "lab" / "uv-cache")}
-        uv = [str(checkpoint.UV), "--no-config"]
-        subprocess.run(
-            [*uv[:1], "venv", "--quiet", "--clear", "--python", "python3", str(OWN_TORCH)], check=True, env=env
-        )
-        subprocess.run([*uv, "pip", "install", "--quiet", "--python", str(python), TORCH_PIN], check=True, env=env)
-    return str(python)
+    # The lab's trainer environment has torch with gloo: made once for the lab and these tests alike (whichever
+    # comes first makes it, the other waits), from the lab's uv cache.
+    return str(checkpoint.ensure_trainer(checkpoint.TRAINER, checkpoint.UV, cache=UV_CACHE))
 
 
 def run(python, *args, script=PROGRAM, env=None):
