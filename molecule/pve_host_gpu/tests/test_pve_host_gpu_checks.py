@@ -74,9 +74,11 @@ def test_every_check_accepts_what_the_inventory_allows(case):
 
 def test_a_malformed_driver_version_stops_before_any_change(case):
     outcome = failed(
-        case["bad_version"], 'pve_host_gpu_driver_version: "590.48"', "is not a driver version such as 590.48.01"
+        case["bad_version"],
+        'pve_host_gpu_driver_version: given "590.48"',
+        "expected a driver version such as 590.48.01",
     )
-    assert outcome["task"] == "preflight | Check the driver version's form"
+    assert outcome["task"] == "preflight | Check the role's variables against its rules (meta/rules.yml)"
 
 
 def test_addresses_that_are_not_gpus_of_the_host_are_named(case):
