@@ -166,7 +166,8 @@ def explain(exc: BaseException, login: Login, what: str, setting: str = "this se
     setting names what PVE keeps for root@pam, for example "a container's devN entries".
     """
     text = error_text(exc)
-    if status_code(exc) == 403 and ROOT_ONLY.search(text):
+    # PVE refuses a permission as 403, and a raw hostpciN from anyone but root@pam as 500 (a plain die).
+    if status_code(exc) in (403, 500) and ROOT_ONLY.search(text):
         token = (
             " An API token acts as root@pam!<name>, never as root@pam, even without privilege separation."
             if login.token_name
@@ -350,6 +351,30 @@ class Client:
             self.api.storage(storage).put(**data)
         except Exception as exc:  # noqa: BLE001
             raise self._error(f"allow snippets on storage {storage}", exc) from None
+
+    def pci_mappings(self) -> list[dict]:
+        """The cluster's PCI resource mappings the login may see: [{'id', 'map': [entry strings], ...}]."""
+        return list(self._retry("list the cluster's PCI mappings", self.api.cluster.mapping.pci.get) or [])
+
+    def pci_mapping(self, mapping_id: str) -> dict:
+        """One PCI mapping with the digest of the mappings' file (for a guarded update)."""
+        what = f"read PCI mapping {mapping_id}"
+        return dict(self._retry(what, self.api.cluster.mapping.pci(mapping_id).get) or {})
+
+    def create_pci_mapping(self, mapping_id: str, entries: list[str], description: str | None = None) -> None:
+        data = {"id": mapping_id, "map": list(entries), **({"description": description} if description else {})}
+        try:
+            self.api.cluster.mapping.pci.post(**data)
+        except Exception as exc:  # noqa: BLE001
+            raise self._error(f"create PCI mapping {mapping_id}", exc) from None
+
+    def set_pci_mapping(self, mapping_id: str, entries: list[str], digest: str | None = None) -> None:
+        """Replace the mapping's entries (every node's); the digest refuses it if the file changed meanwhile."""
+        data = {"map": list(entries), **({"digest": digest} if digest else {})}
+        try:
+            self.api.cluster.mapping.pci(mapping_id).put(**data)
+        except Exception as exc:  # noqa: BLE001
+            raise self._error(f"update PCI mapping {mapping_id}", exc) from None
 
     def task_status(self, upid: str) -> dict:
         return dict(self._retry(f"read task {upid}", self.api.nodes(self.node).tasks(upid).status.get) or {})

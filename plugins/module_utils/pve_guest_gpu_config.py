@@ -27,9 +27,13 @@ def dev_value(entry):
 
 
 def hostpci_value(entry):
-    """The hostpciN value for a wanted GPU ({'host', 'pcie', 'rombar', 'x_vga', 'driver', 'romfile'}), validated."""
-    hosts = entry["host"] if isinstance(entry["host"], list) else str(entry["host"]).split(";")
-    parts = [";".join(str(h) for h in hosts)]
+    """The hostpciN value for a wanted GPU ({'host' or 'mapping', 'pcie', 'rombar', 'x_vga', 'driver', 'romfile'}),
+    validated."""
+    if entry.get("mapping"):
+        parts = [f"mapping={entry['mapping']}"]
+    else:
+        hosts = entry["host"] if isinstance(entry["host"], list) else str(entry["host"]).split(";")
+        parts = [";".join(str(h) for h in hosts)]
     for key, option in (("pcie", "pcie"), ("rombar", "rombar"), ("x_vga", "x-vga")):
         if entry.get(key) is not None:
             parts.append(f"{option}={int(bool(entry[key]))}")
@@ -65,7 +69,7 @@ def plan(config, wanted, kind, owns):
     identity = (
         (lambda v: entries.parse_dev(v)["path"])
         if kind == "dev"
-        else (lambda v: tuple(sorted({h.split(".")[0] for h in entries.parse_hostpci(v)["host"]})))
+        else (lambda v: _hostpci_identity(entries.parse_hostpci(v)))
     )
     existing, warnings = {}, []
     for key, raw in config.items():
@@ -98,6 +102,13 @@ def plan(config, wanted, kind, owns):
     free = entries.free_keys({**config, **updates}, pattern, kind, limit, len(pending))
     updates.update(zip(free, pending, strict=True))
     return updates, deletes, warnings
+
+
+def _hostpci_identity(parsed):
+    """What a hostpciN entry passes: its PCI slots, or the mapping it names."""
+    if parsed["mapping"]:
+        return ("mapping", parsed["mapping"])
+    return tuple(sorted({h.split(".")[0] for h in parsed["host"]}))
 
 
 def apply(config, updates, deletes):

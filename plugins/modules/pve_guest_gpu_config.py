@@ -85,15 +85,24 @@ options:
     type: str
     default: "^/dev/nvidia"
   hostpci:
-    description: For O(type=qemu), the PCI devices to pass, in order.
+    description:
+      - For O(type=qemu), the PCI devices to pass, in order; each names exactly one of O(hostpci[].host) and
+        O(hostpci[].mapping).
     type: list
     elements: dict
     default: []
     suboptions:
       host:
-        description: PCI address; a slot without function (C(0000:01:00)) passes every function of the GPU.
+        description:
+          - PCI address; a slot without function (C(0000:01:00)) passes every function of the GPU.
+          - A raw address: PVE lets only C(root@pam) logged in with a password set it.
         type: str
-        required: true
+      mapping:
+        description:
+          - Id of a cluster PCI resource mapping (C(/cluster/mapping/pci)) that names the GPU on the VM's node.
+          - A login with C(Mapping.Use) on C(/mapping/pci/<id>) and C(VM.Config.HWType) on the VM may set it, an
+            API token included.
+        type: str
       pcie:
         description: Attach as PCI Express (needs C(machine q35)).
         type: bool
@@ -115,6 +124,13 @@ options:
     description:
       - For O(type=qemu), more PCI addresses whose hostpciN entries this module owns and removes when they are not
         in O(hostpci) (for example every GPU of the host, so a GPU taken out of the list leaves the VM).
+    type: list
+    elements: str
+    default: []
+  managed_mappings:
+    description:
+      - For O(type=qemu), ids of PCI mappings whose hostpciN entries this module owns and removes when they are not
+        in O(hostpci) (for example the mappings of every GPU of the host).
     type: list
     elements: str
     default: []
@@ -155,6 +171,18 @@ EXAMPLES = r"""
     hostpci:
       - {host: "0000:01:00"}
       - {host: "0000:81:00"}
+
+- name: Pass a GPU through its cluster PCI mapping (an API token with Mapping.Use may do it)
+  pve_guest_gpu_config:
+    api_user: ansible@pve
+    api_token_id: gpus
+    api_token_secret: "{{ vault_proxmox_token_secret }}"
+    node: pve1
+    vmid: 201
+    type: qemu
+    hostpci:
+      - {mapping: gpu-0000-01-00}
+    managed_hosts: ["0000:01:00"]
 """
 
 RETURN = r"""
@@ -180,9 +208,9 @@ pending:
 """
 
 
-def entry_list(**options):
+def entry_list(rules=None, **options):
     """The spec of a list of entries (devN, hostpciN), each a dict with these options; empty by default."""
-    return dict(type="list", elements="dict", default=[], options=options)
+    return dict(type="list", elements="dict", default=[], options=options, **(rules or {}))
 
 
 def module_args():
@@ -199,7 +227,9 @@ def module_args():
         ),
         manage_pattern=dict(type="str", default="^/dev/nvidia"),
         hostpci=entry_list(
-            host=dict(type="str", required=True),
+            rules=dict(required_one_of=[("host", "mapping")], mutually_exclusive=[("host", "mapping")]),
+            host=dict(type="str"),
+            mapping=dict(type="str"),
             pcie=dict(type="bool", default=True),
             rombar=dict(type="bool"),
             x_vga=dict(type="bool"),
@@ -207,6 +237,7 @@ def module_args():
             romfile=dict(type="str"),
         ),
         managed_hosts=dict(type="list", elements="str", default=[]),
+        managed_mappings=dict(type="list", elements="str", default=[]),
         state=dict(type="str", choices=["present", "absent"], default="present"),
         context=dict(type="str", default=""),
     )
@@ -308,11 +339,17 @@ class GuestGpuConfig:
                 managed.add(hostpci_id(text))
             except EntryError as exc:
                 self.fail(f"managed_hosts: {exc}")
+        mappings = set(self.p["managed_mappings"]) | {parse_hostpci(v)["mapping"] for v in wanted} - {None}
 
         def owns_pci(value, raw):
             if value is None:
-                return any(m in str(raw).lower() for m in managed)
-            ids = parse_hostpci(value)["host"]
+                return any(m in str(raw).lower() for m in managed) or any(
+                    re.search(rf"(^|,)mapping={re.escape(m)}(,|$)", str(raw)) for m in mappings
+                )
+            parsed = parse_hostpci(value)
+            if parsed["mapping"]:
+                return parsed["mapping"] in mappings
+            ids = parsed["host"]
             return any(covers(ids, m) or covers([m], i) for m in managed for i in ids)
 
         return owns_pci
@@ -371,7 +408,12 @@ class GuestGpuConfig:
             ),
         )
         if changed and not self.module.check_mode:
-            setting = "a container's devN entries" if kind == "dev" else "a VM's raw hostpciN entries"
+            setting = (
+                "a container's devN entries (PVE has no resource mapping for them)"
+                if kind == "dev"
+                else "a VM's raw hostpciN entries (a login with Mapping.Use may set hostpciN: mapping=<id> instead, "
+                "the GPUs given as cluster PCI mappings; an existing raw entry is root@pam's to change or remove)"
+            )
             what = f"writing {', '.join(sorted(updates) + deletes)} of {self.where}"
             try:
                 self.put_config(updates, deletes, config.get("digest"))

@@ -170,6 +170,69 @@ def hostpci_coverage(value: str, slot: str, functions: list[str]) -> str:
     return "all" if covered == set(functions) else "some"
 
 
+# --- PCI resource mappings ---------------------------------------------------------------------------
+
+# One node's entry of a cluster PCI mapping (/cluster/mapping/pci): PVE's map format, in the order we write it.
+MAPPING_ENTRY_KEYS = ("node", "path", "id", "subsystem-id", "iommugroup", "description")
+MAPPING_PATH = re.compile(r"^[a-f0-9]{4,}:[a-f0-9]{2}:[a-f0-9]{2}(?:\.[a-f0-9])?$")
+MAPPING_HEX_ID = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{4}$")
+
+
+def parse_mapping_entry(text: str) -> dict:
+    """{'node', 'path', 'id', ...} of one map entry, ids lower case without 0x; EntryError if PVE would refuse it."""
+    props = split_props(text, "node")
+    unknown = sorted(set(props) - set(MAPPING_ENTRY_KEYS))
+    if unknown:
+        raise EntryError(f"unknown property {unknown[0]!r} in mapping entry {text!r}")
+    for key in ("node", "path", "id"):
+        if not props.get(key):
+            raise EntryError(f"mapping entry {text!r} has no {key}")
+    paths = props["path"].lower().split(";")
+    if not all(MAPPING_PATH.match(p) for p in paths):
+        raise EntryError(f"path {props['path']!r} in mapping entry {text!r} is not a PCI address list")
+    out = {"node": props["node"], "path": ";".join(paths)}
+    for key in ("id", "subsystem-id"):
+        if key in props:
+            value = props[key].lower().replace("0x", "")
+            if not MAPPING_HEX_ID.match(value):
+                raise EntryError(
+                    f"{key}={props[key]!r} in mapping entry {text!r} is not vendor:device such as 10de:2335"
+                )
+            out[key] = value
+    if "iommugroup" in props:
+        if not re.fullmatch(r"-?[0-9]+", props["iommugroup"]):
+            raise EntryError(f"iommugroup={props['iommugroup']!r} in mapping entry {text!r} is not an integer")
+        out["iommugroup"] = str(int(props["iommugroup"]))
+    if props.get("description"):
+        out["description"] = props["description"]
+    return out
+
+
+def format_mapping_entry(parsed: dict) -> str:
+    return ",".join(f"{k}={parsed[k]}" for k in MAPPING_ENTRY_KEYS if parsed.get(k) not in (None, ""))
+
+
+def canonical_mapping_entry(text: str) -> str:
+    return format_mapping_entry(parse_mapping_entry(text))
+
+
+def mapped_ids(mappings: list[dict], node: str) -> dict[str, list[str]]:
+    """{mapping id: the PCI ids its entries for node pass} from GET /cluster/mapping/pci; malformed entries skipped."""
+    out = {}
+    for mapping in mappings:
+        ids = []
+        for text in mapping.get("map") or []:
+            try:
+                entry = parse_mapping_entry(str(text))
+            except EntryError:
+                continue
+            if entry["node"] == node:
+                ids += [hostpci_id(p) for p in entry["path"].split(";")]
+        if ids:
+            out[str(mapping.get("id"))] = ids
+    return out
+
+
 # --- devN ---------------------------------------------------------------------------------------------
 
 
