@@ -5,15 +5,31 @@ Runs the ``inference_service_probe`` module on the target every ``interval`` sec
 per probe on the controller: elapsed time, the unit's state, what /health answers, and the unit's last
 log line (the engine's own loading progress). Ready when /health answers 200 and /v1/models lists the
 model. Fails at once when the unit has failed (after its restarts are used up), and after ``timeout``.
+
+With ``group`` (a service across several nodes), every node of the group runs this task at the same time, and
+the waits work together through a file on the controller (``module_utils/inference/group.py``): the head's wait
+is ready only when every rank's unit is active and a one-token completion through the head comes back, and
+restarts the whole group in order when a rank's unit fails or a completion fails while /health says ok; the
+other nodes' waits carry out its stops and starts on their own units and end with its result.
 """
 
 from __future__ import annotations
 
+import os
+import re
+import sys
+import tempfile
 import time
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
+
+# The group's logic is shared with the tests; it runs here, on the controller (standard library only).
+_MODULE_UTILS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "module_utils")
+if _MODULE_UTILS not in sys.path:
+    sys.path.insert(0, _MODULE_UTILS)
+from inference import group  # noqa: E402
 
 display = Display()
 
@@ -23,15 +39,70 @@ def fmt(seconds):
     return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
 
 
+class Local:
+    """One node's own unit, through the modules the action runs on that node (the ``local`` of group.py)."""
+
+    def __init__(self, action, task_vars, unit, probe_args=None):
+        self.action, self.task_vars, self.unit, self.probe_args = action, task_vars, unit, probe_args
+        self.last = {}
+
+    def _run(self, module, module_args):
+        return self.action._execute_module(module_name=module, module_args=module_args, task_vars=self.task_vars)
+
+    def _systemd(self, **extra):
+        result = self._run("ansible.builtin.systemd_service", {"name": self.unit, **extra})
+        if result.get("failed"):
+            raise group.GroupError(f"systemctl on {self.unit}: {result.get('msg')}")
+        return result
+
+    def state(self):
+        if self.probe_args is None:  # a rank above 0 serves no API: its unit's state is all there is to see
+            status = self._systemd().get("status") or {}
+            return {k: status.get(k, "?") for k in ("ActiveState", "SubState", "Result")}
+        self.last = self._run("inference_service_probe", {**self.probe_args, "complete": True})
+        if self.last.get("failed"):
+            raise group.GroupError(f"probing {self.unit} failed: {self.last.get('msg')}")
+        return self.last.get("unit_state") or {}
+
+    def probe(self):
+        return self.last
+
+    def complete(self):
+        return self.last.get("completion") or {"ok": False, "problem": "no completion was asked"}
+
+    def stop(self):
+        self._systemd(state="stopped")
+
+    def start(self):
+        self._systemd(state="started", no_block=True)
+
+
 class ActionModule(ActionBase):
-    _VALID_ARGS = frozenset(("url", "model", "unit", "secret_file", "timeout", "interval", "grace"))
+    _VALID_ARGS = frozenset(
+        (
+            "url",
+            "model",
+            "unit",
+            "secret_file",
+            "timeout",
+            "interval",
+            "grace",
+            "group",
+            "max_restarts",
+            "confirm",
+            "join_timeout",
+            "board_dir",
+        )
+    )
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         args = dict(self._task.args)
         for required in ("url", "model", "unit"):
-            if not args.get(required):
+            if not args.get(required) and not (required == "url" and (args.get("group") or {}).get("rank")):
                 raise AnsibleActionFail(f"inference_service_wait needs {required}")
+        if args.get("group") and not self._task.check_mode:
+            return self.run_group(result, args, task_vars or {})
         timeout = int(args.get("timeout", 2700))
         interval = max(1, int(args.get("interval", 10)))
         grace = int(args.get("grace", 30))
@@ -84,3 +155,54 @@ class ActionModule(ActionBase):
                 )
                 return result
             time.sleep(min(interval, max(0.0, timeout - elapsed)))
+
+    def run_group(self, result, args, task_vars):
+        """The wait of one node of a group (see the module's docstring)."""
+        spec = args["group"]
+        nodes = [str(n) for n in spec.get("nodes") or []]
+        rank = int(spec.get("rank", 0))
+        if len(nodes) < 2 or not 0 <= rank < len(nodes):
+            raise AnsibleActionFail(
+                f"inference_service_wait: group needs nodes (2 or more) and this node's rank: {spec}"
+            )
+        host = task_vars.get("inventory_hostname", nodes[rank])
+        interval = max(1, int(args.get("interval", 10)))
+        join_timeout = int(args.get("join_timeout", 300))
+        name = re.sub(r"[^A-Za-z0-9_.-]", "_", f"{spec.get('service', args['unit'])}-{self._task._uuid}")
+        board = group.Board(
+            os.path.join(args.get("board_dir") or tempfile.gettempdir(), f"inferhost-group-{name}.json")
+        )
+
+        def log(line):
+            display.display(f"{host} {args['unit']} (rank {rank} of {len(nodes)}): {line}")
+
+        if rank > 0:
+            agent = group.RankAgent(board, host, Local(self, task_vars, args["unit"]), join_timeout=join_timeout)
+            try:
+                end = agent.run(sleep=lambda _s: time.sleep(min(interval, 2)))
+            except group.GroupError as exc:
+                return {**result, "failed": True, "changed": False, "ready": False, "msg": str(exc)}
+            return {**result, **end, "changed": False}
+        probe_args = {k: args[k] for k in ("url", "model", "unit", "secret_file") if args.get(k)}
+        ops = group.HeadOps(
+            board,
+            host,
+            Local(self, task_vars, args["unit"], probe_args),
+            command_timeout=int(args.get("timeout", 2700)),
+        )
+        wait = group.GroupWait(
+            nodes,
+            ops,
+            timeout=int(args.get("timeout", 2700)),
+            grace=int(args.get("grace", 30)),
+            interval=interval,
+            confirm=int(args.get("confirm", 2)),
+            max_restarts=int(args.get("max_restarts", 2)),
+            join_timeout=join_timeout,
+        )
+        try:
+            end = wait.run(log=log)
+        except group.GroupError as exc:
+            end = {"ready": False, "failed": True, "msg": str(exc), "restarts": wait.restarts}
+        ops.finish(end)
+        return {**result, **end, "changed": False}

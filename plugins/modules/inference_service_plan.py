@@ -89,6 +89,23 @@ options:
     description: Fail when a service is refused; with C(false) the refusals are only returned.
     type: bool
     default: true
+  node:
+    description:
+      - This container's inventory hostname. A service with C(nodes) is rendered here only when it names this
+        container, with this container's rank (its place in C(nodes)); the others are returned in C(elsewhere).
+      - Needed when a service has C(nodes).
+    type: str
+    default: ""
+  node_addresses:
+    description:
+      - The address of each inventory host that a service names in C(nodes) (its C(ansible_host)); a node's own
+        C(address) wins. The head's is the one the other ranks connect to.
+    type: dict
+    default: {}
+  inventory_hosts:
+    description: The inventory's hosts; every node a service names must be one of them (not checked when omitted).
+    type: list
+    elements: str
 extends_documentation_fragment:
   - attributes.read_only
 """
@@ -131,6 +148,16 @@ services:
       api: {tool_call_parser: qwen3_coder, reasoning_parser: qwen3, metrics: true}
       load_timeout_s: 2700
       conflicts: [inference-kimi-k25.service]
+      group: null
+elsewhere:
+  description: Services whose C(nodes) do not name this container; it runs none of them.
+  returned: always
+  type: list
+  elements: str
+active:
+  description: The service to start here; C("") when the active service does not run on this container.
+  returned: always
+  type: str
 refused:
   description: Whether any service was refused.
   returned: always
@@ -175,7 +202,7 @@ def checkpoint_size(modelconfig, path):
         return None
 
 
-def plan_one(params, service, units):
+def plan_one(params, service, units, where=None):
     # Imported here, after argument parsing: ansible-lint's args rule validates task arguments by running
     # main() up to AnsibleModule() without our module_utils on its path. Ansiballz still ships them.
     from ansible.module_utils.inference import command, known_bad, modelconfig, plan  # noqa: PLC0415
@@ -209,6 +236,7 @@ def plan_one(params, service, units):
         checkpoint_bytes=checkpoint_size(modelconfig, model_path) if config else None,
         min_kv_tokens=params["min_kv_cache_tokens"],
         hardware=params["hardware"],
+        inventory_hosts=params["inventory_hosts"],
     )
     if config == {}:  # inactive and not downloaded: drop the refusal about the missing config
         checked["refusals"] = [r for r in checked["refusals"] if r["id"] != "config"]
@@ -226,8 +254,10 @@ def plan_one(params, service, units):
     url = (
         f"http://[{host}]:{service.get('port', 8000)}" if ":" in host else f"http://{host}:{service.get('port', 8000)}"
     )
-    argv = command.build_argv(service, load_timeout_s=timeout, sglang_launcher=params["sglang_launcher"])
-    env = command.build_environment(service, unit=unit, load_timeout_s=timeout, common=params["common_env"])
+    argv = command.build_argv(service, load_timeout_s=timeout, sglang_launcher=params["sglang_launcher"], where=where)
+    env = command.build_environment(
+        service, unit=unit, load_timeout_s=timeout, common=params["common_env"], where=where
+    )
     result.update(
         unit=unit,
         engine=service.get("engine"),
@@ -247,6 +277,11 @@ def plan_one(params, service, units):
         api=command.served_api(service),
         load_timeout_s=timeout,
         conflicts=sorted(u for n, u in units.items() if n != name),
+        # Across several nodes: the nodes in rank order and this one's rank; only rank 0 serves the API.
+        group=None
+        if where is None
+        else {"service": name, "nodes": [n["host"] for n in command.node_list(service)], "rank": where["rank"]},
+        serves=where is None or where["rank"] == 0,
     )
     return result
 
@@ -267,10 +302,13 @@ def main():
             "sglang_launcher": {"type": "path", "default": "/usr/local/libexec/inferhost/sglang-launch"},
             "common_env": {"type": "dict", "default": {}},
             "fail_on_refusal": {"type": "bool", "default": True},
+            "node": {"type": "str", "default": ""},
+            "node_addresses": {"type": "dict", "default": {}},
+            "inventory_hosts": {"type": "list", "elements": "str"},
         },
         supports_check_mode=True,
     )
-    from ansible.module_utils.inference import known_bad, plan  # noqa: PLC0415  (see plan_one)
+    from ansible.module_utils.inference import command, known_bad, plan  # noqa: PLC0415  (see plan_one)
 
     params = module.params
     try:
@@ -284,16 +322,35 @@ def main():
         module.fail_json(msg=f"inference_service_services names {', '.join(map(str, duplicates))} more than once")
     if params["active"] and params["active"] not in names:
         module.fail_json(msg=f"inference_service_active {params['active']!r} is not one of the services: {names}")
-    units = {n: f"{params['unit_prefix']}{n}.service" for n in names}
-    results = [plan_one(params, s, units) for s in services]
+    here, elsewhere, placements = [], [], {}
+    for service in services:
+        hosts = [n["host"] for n in command.node_list(service)]
+        if hosts and not params["node"]:
+            module.fail_json(msg=f"service {service.get('name')} names nodes {hosts}: node (this host) is needed")
+        if hosts and params["node"] not in hosts:
+            elsewhere.append(service.get("name"))
+            continue
+        here.append(service)
+        if len(hosts) > 1 and len(set(hosts)) == len(hosts):
+            placements[service.get("name")] = command.placement(service, params["node"], params["node_addresses"])
+    units = {s.get("name"): f"{params['unit_prefix']}{s.get('name')}.service" for s in here}
+    results = [plan_one(params, s, units, placements.get(s.get("name"))) for s in here]
     for result in results:
         for warning in result["warnings"]:
             module.warn(f"{result['name']}: {warning}")
     refused = [r for r in results if r["refusals"]]
     message = "\n".join(plan.format_refusals(r["name"], r["refusals"]) for r in refused)
+    active = params["active"] if params["active"] in units else ""
     if refused and params["fail_on_refusal"]:
-        module.fail_json(msg=message, services=results, refused=True)
-    module.exit_json(changed=False, services=results, refused=bool(refused), msg=message or "all services accepted")
+        module.fail_json(msg=message, services=results, refused=True, elsewhere=elsewhere, active=active)
+    module.exit_json(
+        changed=False,
+        services=results,
+        refused=bool(refused),
+        elsewhere=elsewhere,
+        active=active,
+        msg=message or "all services accepted",
+    )
 
 
 if __name__ == "__main__":

@@ -27,6 +27,12 @@ options:
     description: Seconds per HTTP request.
     type: int
     default: 5
+  complete:
+    description:
+      - Also ask a one-token completion (C(POST /v1/completions)) when the service answers ready; the wait of a
+        service across several nodes needs it, as the head's C(/health) answers 200 for a while after a rank died.
+    type: bool
+    default: false
 extends_documentation_fragment:
   - inference_client
   - attributes.read_only
@@ -68,6 +74,10 @@ last_log:
   description: The unit's last journal line that is not an access-log line of a probe.
   returned: when unit is given
   type: str
+completion:
+  description: The one-token completion, C(ok) and C(problem) (what came back when it failed).
+  returned: when complete is true and the service answers ready
+  type: dict
 """
 
 
@@ -101,15 +111,18 @@ def main():
             "unit": {"type": "str"},
             "secret_file": {"type": "path"},
             "http_timeout": {"type": "int", "default": 5},
+            "complete": {"type": "bool", "default": False},
         },
         supports_check_mode=True,
     )
     # Imported after argument parsing, so ansible-lint's args rule can validate tasks without our module_utils.
-    from ansible.module_utils.inference.client import read_key, readiness  # noqa: PLC0415
+    from ansible.module_utils.inference.client import one_token, read_key, readiness  # noqa: PLC0415
 
     params = module.params
     key = read_key(params["secret_file"])
     result = {"changed": False, **readiness(params["url"], params["model"], key, timeout=params["http_timeout"])}
+    if params["complete"] and result["ready"]:
+        result["completion"] = one_token(params["url"], params["model"], key, timeout=max(60, params["http_timeout"]))
     if params["unit"]:
         result["unit_state"], result["last_log"] = unit_state(module, params["unit"])
     module.exit_json(**result)

@@ -14,6 +14,14 @@ description:
     every probe, instead of waiting silently through a 30-minute model load.
   - Fails at once when the unit has failed or stays inactive, and after O(timeout).
   - In check mode it probes once and reports, without waiting.
+  - With O(group), a service across several nodes, every node of the group runs this task at the same time (one
+    fork each, so the play's forks must be at least the number of nodes, and no C(--limit) may leave one out). The
+    head's wait is ready only when every rank's unit is active and a one-token completion through the head comes
+    back (C(/health) answers 200 for a while after a rank died). When a rank's unit fails or stays inactive, or
+    completions fail while C(/health) says ok, it stops every rank (the head first; each stop returns once the
+    unit's GPUs are free) and starts them again, the ranks above 0 first and the head last. The other nodes'
+    waits carry out these stops and starts on their own units and end with the head's result. The waits talk
+    through a file on the controller (O(board_dir)).
 version_added: "0.1.0"
 author: inferhost contributors
 options:
@@ -33,6 +41,28 @@ options:
     description: Seconds an inactive unit may take to begin starting.
     type: int
     default: 30
+  group:
+    description:
+      - The service's group, as M(inference_service_plan) returns it (C(group)) - C(service), C(nodes) (inventory
+        hostnames in rank order, the head first) and this node's C(rank). O(url) is needed on rank 0 only.
+    type: dict
+  max_restarts:
+    description: Restarts of the whole group before the wait gives up (with O(group)).
+    type: int
+    default: 2
+  confirm:
+    description:
+      - Completions that must fail in a row, C(/health) saying ok, before the group is restarted (with O(group)).
+        A failed unit restarts it at once.
+    type: int
+    default: 2
+  join_timeout:
+    description: Seconds the waits of the group's nodes may take to find each other (with O(group)).
+    type: int
+    default: 300
+  board_dir:
+    description: Directory on the controller for the file the group's waits share; default the temporary directory.
+    type: path
 extends_documentation_fragment:
   - inference_client
 attributes:
@@ -52,6 +82,13 @@ EXAMPLES = r"""
     model: Qwen3.5-397B-A17B
     unit: inference-qwen35.service
     timeout: 2700
+
+- name: Wait until the group of ranks across nodes serves (every node of the group runs this task)
+  inference_service_wait:
+    url: http://127.0.0.1:8000
+    model: MiniMax-M2.5
+    unit: inference-minimax-m25.service
+    group: {service: minimax-m25, nodes: [inference-ct, inference-ct2], rank: 0}
 """
 
 RETURN = r"""
@@ -65,6 +102,11 @@ elapsed_s:
   type: float
 last_log:
   description: The unit's last log line at the last probe.
-  returned: always
+  returned: unless group is given
   type: str
+restarts:
+  description: Why the group was restarted, one entry per restart.
+  returned: when group is given
+  type: list
+  elements: str
 """

@@ -95,3 +95,14 @@ def readiness(url, model, key=None, timeout=5):
         "models": models,
         "ready": health == 200 and models_status == 200 and model in models,
     }
+
+
+def one_token(url, model, key=None, timeout=60):
+    """A real completion of one token through the service: what ``/health`` never proves (a group whose rank
+    died answers /health for a while after). Returns ``ok`` and, when not ok, ``problem`` (what came back)."""
+    body = {"model": model, "prompt": "The capital of France is", "max_tokens": 1, "temperature": 0}
+    status, text, reply = exchange(url.rstrip("/") + "/v1/completions", key, body, timeout)
+    choices = reply.get("choices") if isinstance(reply, dict) else None
+    if status == 200 and choices and isinstance(choices[0], dict) and isinstance(choices[0].get("text"), str):
+        return {"ok": True, "problem": ""}
+    return {"ok": False, "problem": f"POST /v1/completions answered {status}: {' '.join(str(text).split())[:200]}"}

@@ -13,6 +13,12 @@ environment's Python: it hands ``INFERHOST_API_KEY`` to SGLang in-process.
 
 SGLang serves ``/metrics`` only with ``--enable-metrics``; the role adds it unless the service's ``args`` set
 it (``enable-metrics: false`` leaves it out). vLLM serves its metrics without a flag.
+
+A service with ``nodes`` spans several containers (inventory hosts, the head first): each node runs its own
+unit from the same service data, with the group's size, its own rank and the head's address (``placement``).
+vLLM: ``--nnodes --node-rank --master-addr --master-port``, and ``--headless`` on every rank above 0 (no API
+there); SGLang: ``--nnodes --node-rank --dist-init-addr <head>:<port>``. The node's network interface becomes
+``NCCL_SOCKET_IFNAME`` and ``GLOO_SOCKET_IFNAME``. ``gpus`` are the GPUs of each node.
 """
 
 from __future__ import annotations
@@ -67,13 +73,95 @@ def _args(extra):
     return out
 
 
-def build_argv(service, *, load_timeout_s=2700, sglang_launcher=SGLANG_LAUNCHER):
-    """The engine's argv (a list of str). It never holds the API key (see the module's docstring)."""
+DEFAULT_DIST_PORT = 29501
+FABRICS = ("pcie", "nvlink", "infiniband", "ethernet")
+FAST_FABRICS = ("nvlink", "infiniband")
+
+
+def node_list(service):
+    """The service's nodes, head first, each ``{"host", "address", "network_interface"}`` (None when not given).
+
+    A node is an inventory hostname or a mapping with ``host`` and optionally ``address`` and
+    ``network_interface``; the service's ``network_interface`` is the default of every node. [] for a service
+    without ``nodes``.
+    """
+    out = []
+    for entry in service.get("nodes") or []:
+        node = dict(entry) if isinstance(entry, dict) else {"host": entry}
+        out.append(
+            {
+                "host": None if node.get("host") is None else str(node["host"]),
+                "address": None if node.get("address") in (None, "") else str(node["address"]),
+                "network_interface": node.get("network_interface") or service.get("network_interface") or None,
+            }
+        )
+    return out
+
+
+def multi_node(service):
+    """Whether the service spans more than one node."""
+    return len(service.get("nodes") or []) > 1
+
+
+def parallel_sizes(service):
+    """``(tensor_parallel_size, pipeline_parallel_size)``: TP defaults to the GPUs of one node; PP to the GPUs of
+    every node divided by TP (1 when that does not divide)."""
+    gpus = len(service.get("gpus") or []) or 1
+    tp = int(service.get("tensor_parallel_size") or gpus)
+    if service.get("pipeline_parallel_size"):
+        return tp, int(service["pipeline_parallel_size"])
+    total = gpus * max(1, len(service.get("nodes") or []))
+    return tp, total // tp if tp > 0 and total % tp == 0 and multi_node(service) else 1
+
+
+def placement(service, host, addresses=None):
+    """Where ``host`` stands in the service's group: ``{"rank", "nnodes", "head", "head_address", "port",
+    "network_interface"}``; None for a service on one node. ``addresses``: {inventory host: address} (the
+    inventory's ``ansible_host``); a node's own ``address`` wins, the hostname is the last resort.
+
+    ValueError when ``host`` is not one of the service's nodes (a container the service does not name runs none
+    of it: the caller leaves the service out there).
+    """
+    nodes = node_list(service)
+    if len(nodes) < 2:
+        return None
+    hosts = [n["host"] for n in nodes]
+    if host not in hosts:
+        raise ValueError(f"{host} is not one of the nodes of service {service.get('name')}: {hosts}")
+    head = nodes[0]
+    rank = hosts.index(host)
+    return {
+        "rank": rank,
+        "nnodes": len(nodes),
+        "head": head["host"],
+        "head_address": head["address"] or (addresses or {}).get(head["host"]) or head["host"],
+        "port": int(service.get("dist_port") or DEFAULT_DIST_PORT),
+        "network_interface": nodes[rank]["network_interface"],
+    }
+
+
+def _node_args(engine, where):
+    if not where:
+        return []
+    common = ["--nnodes", str(where["nnodes"]), "--node-rank", str(where["rank"])]
+    address = where["head_address"]
+    if engine == "vllm":
+        argv = [*common, "--master-addr", address, "--master-port", str(where["port"])]
+        return [*argv, "--headless"] if where["rank"] > 0 else argv
+    host = f"[{address}]" if ":" in address else address
+    return [*common, "--dist-init-addr", f"{host}:{where['port']}"]
+
+
+def build_argv(service, *, load_timeout_s=2700, sglang_launcher=SGLANG_LAUNCHER, where=None):
+    """The engine's argv (a list of str). It never holds the API key (see the module's docstring).
+
+    ``where``: the node's ``placement`` in a service that spans several nodes (None on one node).
+    """
     engine = service["engine"]
     if engine not in KV_CACHE_SPELLING:
         raise ValueError(f"unknown engine {engine!r}")
     venv = str(service["environment"]).rstrip("/")
-    tp = int(service.get("tensor_parallel_size") or len(service["gpus"]))
+    tp, pp = parallel_sizes(service)
     kv = KV_CACHE_SPELLING[engine].get(service.get("kv_cache_dtype", "bf16"), service.get("kv_cache_dtype"))
     common = [
         "--served-model-name",
@@ -85,18 +173,23 @@ def build_argv(service, *, load_timeout_s=2700, sglang_launcher=SGLANG_LAUNCHER)
     ]
     if engine == "vllm":
         argv = [f"{venv}/bin/vllm", "serve", str(service["model"]["path"]), *common, "--tensor-parallel-size", str(tp)]
+        if pp > 1:
+            argv += ["--pipeline-parallel-size", str(pp)]
         if service.get("expert_parallel"):
             argv.append("--enable-expert-parallel")
         argv += ["--kv-cache-dtype", kv]
     else:
         argv = [f"{venv}/bin/python", sglang_launcher, "--model-path", str(service["model"]["path"])]
         argv += [*common, "--tp-size", str(tp)]
+        if pp > 1:
+            argv += ["--pp-size", str(pp)]
         if service.get("expert_parallel"):
             argv += ["--ep-size", str(tp)]
         # torch.distributed waits at init for the slowest rank's load: raise it above the load time.
         argv += ["--kv-cache-dtype", kv, "--dist-timeout", str(int(load_timeout_s))]
         if not _sets(service, "enable-metrics"):
             argv.append("--enable-metrics")
+    argv += _node_args(engine, where)
     argv += _args(service.get("args"))
     return argv
 
@@ -124,8 +217,12 @@ def served_api(service):
     }
 
 
-def build_environment(service, *, unit, load_timeout_s=2700, common=None):
-    """Environment variables of the unit; secrets (``secret_names``) go to a separate file."""
+def build_environment(service, *, unit, load_timeout_s=2700, common=None, where=None):
+    """Environment variables of the unit; secrets (``secret_names``) go to a separate file.
+
+    ``where``: the node's ``placement``; its network interface carries NCCL's and gloo's traffic between the
+    nodes (a service's own ``env`` wins).
+    """
     env = {
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
         "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in service["gpus"]),
@@ -134,6 +231,9 @@ def build_environment(service, *, unit, load_timeout_s=2700, common=None):
     if service["engine"] == "vllm":
         # vLLM gives up on the engine core after 600 s by default; a 30-minute load needs more.
         env["VLLM_ENGINE_READY_TIMEOUT_S"] = str(int(load_timeout_s))
+    interface = (where or {}).get("network_interface")
+    if interface:
+        env["NCCL_SOCKET_IFNAME"] = env["GLOO_SOCKET_IFNAME"] = str(interface)
     env.update({str(k): str(v) for k, v in (common or {}).items()})
     env.update({str(k): str(v) for k, v in (service.get("env") or {}).items()})
     return env

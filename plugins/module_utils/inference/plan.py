@@ -8,6 +8,9 @@ are still needed. Nothing here touches the machine: the caller reads the checkpo
 Checks:
 
 * ``service``: the data itself (name, GPUs, sizes, flags the role manages itself).
+* ``nodes``: a service that spans several containers: its node list (no duplicates, hosts of the inventory),
+  its GPU count (tensor x pipeline parallel = nodes x the GPUs of each), tensor parallel across hosts only
+  over a declared fast fabric (NVLink, InfiniBand).
 * ``known_bad``: the backend matrix, kept as data (the role's ``vars/main.yml``), matched against the
   service's flags (or the engine's default for a flag left out; every flag that selects the same backend),
   environment, model (weight quantization, linear attention), engine, compute capability and the range of
@@ -31,7 +34,7 @@ from __future__ import annotations
 import json
 import re
 
-from . import ceiling, modelconfig
+from . import ceiling, command, modelconfig
 
 ENGINES = ("vllm", "sglang")
 NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,40}$")
@@ -52,6 +55,15 @@ MANAGED_FLAGS = {
     "expert-parallel-size": "expert_parallel",
     "kv-cache-dtype": "kv_cache_dtype",
     "api-key": "the API key (inference_service_api_key)",
+    "pipeline-parallel-size": "pipeline_parallel_size",
+    "pp-size": "pipeline_parallel_size",
+    "pp": "pipeline_parallel_size",
+    "nnodes": "nodes",
+    "node-rank": "nodes (the node's place in the list)",
+    "master-addr": "nodes (the head's address)",
+    "master-port": "dist_port",
+    "dist-init-addr": "nodes and dist_port",
+    "headless": "nodes (every node but the head runs headless)",
 }
 # Secrets as flags: every user of the machine reads a command line in /proc/<pid>/cmdline.
 SECRET_FLAGS = {
@@ -129,6 +141,10 @@ def tensor_parallel_size(service):
     return int(service.get("tensor_parallel_size") or len(service.get("gpus") or []) or 1)
 
 
+def pipeline_parallel_size(service):
+    return command.parallel_sizes(service)[1]
+
+
 # --- the service data -----------------------------------------------------------------------------
 
 
@@ -191,13 +207,14 @@ def check_service_data(service, gpu_count=None):
             )
         )
     tp = tensor_parallel_size(service)
-    if gpus and (tp < 1 or len(gpus) % tp):
+    if gpus and not command.multi_node(service) and (tp < 1 or len(gpus) % (tp * pipeline_parallel_size(service))):
         out.append(
             refusal(
                 "service",
                 "tensor_parallel_size",
-                f"tensor_parallel_size {tp} does not divide the {len(gpus)} GPUs of the service",
-                f"tensor_parallel_size {len(gpus)}, or list {tp} GPUs",
+                f"tensor_parallel_size {tp} x pipeline_parallel_size {pipeline_parallel_size(service)} does not "
+                f"divide the {len(gpus)} GPUs of the service",
+                f"tensor_parallel_size {len(gpus)} and pipeline_parallel_size 1, or list {tp} GPUs",
             )
         )
     for key, flag, field in args_in(service, MANAGED_FLAGS):
@@ -234,6 +251,134 @@ def check_service_data(service, gpu_count=None):
     port = service.get("port", 8000)
     if not isinstance(port, int) or not 0 < port < 65536:
         out.append(refusal("service", "port", f"port {port!r} is not a TCP port", "a number in 1..65535"))
+    return out
+
+
+# --- several nodes ---------------------------------------------------------------------------------
+
+INTERFACE = re.compile(r"^[A-Za-z0-9_.:@-]{1,15}$")
+
+
+def check_nodes(service, inventory_hosts=None):
+    """Refusals of a service that spans several nodes (``nodes``): the list, the GPU count, the fabric.
+
+    ``inventory_hosts``: the hosts of the inventory (None: not known here, that check is left out). Tensor
+    parallel across hosts needs a fast fabric: each layer waits for its all-reduces, and over Ethernet or PCIe
+    between hosts they cost more than the layer's work; pipeline parallel sends one activation per stage.
+    """
+    if not service.get("nodes"):
+        for field in ("fabric", "dist_port", "network_interface"):
+            if service.get(field) not in (None, ""):
+                return [
+                    refusal(
+                        "nodes",
+                        field,
+                        f"{field} is set but the service names no nodes: it runs on one container",
+                        f"remove {field}, or list the containers the service spans in nodes (the head first)",
+                    )
+                ]
+        return []
+    out = []
+    nodes = command.node_list(service)
+    hosts = [n["host"] for n in nodes]
+    if any(not h for h in hosts):
+        out.append(
+            refusal(
+                "nodes",
+                "nodes.host",
+                f"nodes {service['nodes']!r} has an entry without a host",
+                "name each node by its inventory hostname, or as a mapping "
+                "{host: <hostname>, address: ..., network_interface: ...}",
+            )
+        )
+        return out
+    twice = sorted({h for h in hosts if hosts.count(h) > 1})
+    if twice:
+        out.append(
+            refusal(
+                "nodes",
+                "nodes.duplicate",
+                f"nodes {hosts} names {', '.join(twice)} more than once: one container runs one rank",
+                "list each container once, the head first",
+            )
+        )
+    if inventory_hosts is not None:
+        unknown = [h for h in hosts if h not in inventory_hosts]
+        if unknown:
+            where = "its head" if unknown[0] == hosts[0] else "nodes"
+            out.append(
+                refusal(
+                    "nodes",
+                    "nodes.inventory",
+                    f"nodes names {', '.join(unknown)}, not a host of the inventory ({where}); every node is a "
+                    "container of the inventory, which runs its own rank",
+                    "name containers of the inventory (inventory hostnames), the head first",
+                )
+            )
+    for node in nodes:
+        interface = node["network_interface"]
+        if interface is not None and not INTERFACE.match(str(interface)):
+            out.append(
+                refusal(
+                    "nodes",
+                    "network_interface",
+                    f"network_interface {interface!r} of {node['host']} is not a network interface name",
+                    "the interface the node reaches the others on, as `ip link` names it (eth1, ib0)",
+                )
+            )
+    fabric = service.get("fabric", "ethernet")
+    if fabric not in command.FABRICS:
+        out.append(
+            refusal(
+                "nodes",
+                "fabric",
+                f"fabric {fabric!r} is not one of {', '.join(command.FABRICS)}",
+                "fabric: ethernet (the default), or the link the nodes really have",
+            )
+        )
+    return out + _check_node_sizes(service, nodes, fabric)
+
+
+def _check_node_sizes(service, nodes, fabric):
+    """The port, the GPU count and tensor parallel across hosts of a service with nodes."""
+    out = []
+    port = service.get("dist_port", command.DEFAULT_DIST_PORT)
+    if not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536 or port == service.get("port", 8000):
+        out.append(
+            refusal(
+                "nodes",
+                "dist_port",
+                f"dist_port {port!r} is not a free TCP port of the head (the API has port {service.get('port', 8000)})",
+                f"dist_port: {command.DEFAULT_DIST_PORT}",
+            )
+        )
+    if len(nodes) < 2:
+        return out
+    gpus = len(service.get("gpus") or [])
+    tp, pp = command.parallel_sizes(service)
+    if gpus and tp * pp != len(nodes) * gpus:
+        fix = f"tensor_parallel_size {gpus} and pipeline_parallel_size {len(nodes)}"
+        out.append(
+            refusal(
+                "nodes",
+                "nodes.gpus",
+                f"tensor_parallel_size {tp} x pipeline_parallel_size {pp} = {tp * pp} GPUs, but the service has "
+                f"{len(nodes)} nodes x {gpus} GPUs (gpus lists the GPUs of each node) = {len(nodes) * gpus}",
+                fix + " (tensor parallel within each node, pipeline parallel across them)",
+            )
+        )
+    if gpus and tp > 0 and gpus % tp and fabric not in command.FAST_FABRICS:
+        out.append(
+            refusal(
+                "nodes",
+                "nodes.tensor_parallel",
+                f"tensor_parallel_size {tp} spans hosts (each has {gpus} GPUs) over fabric {fabric}: every layer "
+                "waits for tensor-parallel all-reduces between the hosts, which only NVLink or InfiniBand carry fast "
+                "enough",
+                f"tensor_parallel_size {gpus} and pipeline_parallel_size {len(nodes)} (tensor parallel within one "
+                "host, pipeline parallel across hosts), or declare fabric: infiniband or nvlink when the hosts have it",
+            )
+        )
     return out
 
 
@@ -517,13 +662,15 @@ def _weights(service, config, checkpoint_bytes):
     return None
 
 
-def memory_per_gpu(service, config, tp, weights, min_kv_tokens):
-    """``(weight bytes, KV-cache bytes)`` one GPU holds at tensor-parallel size ``tp``."""
+def memory_per_gpu(service, config, tp, weights, min_kv_tokens, *, pp=1):
+    """``(weight bytes, KV-cache bytes)`` one GPU holds at tensor-parallel size ``tp``; with ``pp`` pipeline
+    stages each holds its share of the layers (the weights every rank keeps whole still counted whole)."""
     stored, replicated, _ = weights
-    replicated = replicated if tp > 1 else 0.0
+    replicated = replicated if tp * pp > 1 else 0.0
     kv_bytes = 1 if str(service.get("kv_cache_dtype", "bf16")).lower().startswith("fp8") else 2
     layout = ceiling.kv_layout(modelconfig.text_config(config))
-    return (stored - replicated) / tp + replicated, ceiling.kv_bytes_per_gpu(layout, tp, kv_bytes) * min_kv_tokens
+    kv = ceiling.kv_bytes_per_gpu(layout, tp, kv_bytes) * min_kv_tokens / pp
+    return (stored - replicated) / (tp * pp) + replicated, kv
 
 
 def check_memory_fit(
@@ -554,13 +701,15 @@ def check_memory_fit(
     flag, default = MEMORY_FRACTION.get(engine, ("", 0.9))
     fraction = float(effective_flags(service).get(flag) or default)
     usable = float(memory_gb) * GIB * fraction
-    tp = tensor_parallel_size(service)
-    per_gpu, kv = memory_per_gpu(service, config, tp, weights, min_kv_tokens)
+    tp, pp = tensor_parallel_size(service), pipeline_parallel_size(service)
+    per_gpu, kv = memory_per_gpu(service, config, tp, weights, min_kv_tokens, pp=pp)
     if per_gpu + kv <= usable:
         return [], []
     stored, replicated, source = weights
     reason = (
-        f"{per_gpu / GB:.1f} GB of weights per GPU at TP {tp} ({stored / GB:.0f} GB in all, {source}; "
+        f"{per_gpu / GB:.1f} GB of weights per GPU at TP {tp}"
+        + (f" x PP {pp}" if pp > 1 else "")
+        + f" ({stored / GB:.0f} GB in all, {source}; "
         f"{replicated / GB:.2f} GB of them whole on every GPU) and {kv / GB:.1f} GB of KV cache for "
         f"{min_kv_tokens} tokens need {(per_gpu + kv) / GB:.1f} GB, more than the {usable / GB:.1f} GB "
         f"usable of each GPU's {memory_gb} GiB (memory fraction {fraction:g})"
@@ -678,11 +827,14 @@ def plan_service(
     checkpoint_bytes=None,
     min_kv_tokens=MIN_KV_CACHE_TOKENS,
     hardware=None,
+    inventory_hosts=None,
 ):
     """Run every check; ``config`` is the checkpoint's config.json (None: model checks are refused);
-    ``hardware`` the hardware profile, for the ceilings an expert-parallel warning states."""
+    ``hardware`` the hardware profile, for the ceilings an expert-parallel warning states; ``inventory_hosts``
+    the inventory's hosts, which a service's nodes must be among (None: not checked)."""
     version = engine_version or service.get("engine_version")
     refusals = check_service_data(service, gpu_count)
+    refusals += check_nodes(service, inventory_hosts)
     model = model_facts(service, config, quant_config)
     bad, warnings = check_known_bad(service, known_bad, compute_capability, version, model)
     refusals += bad

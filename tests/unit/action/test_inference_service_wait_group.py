@@ -1,0 +1,103 @@
+"""inference_service_wait with a group: the head's wait and a rank's wait run at once (as two forks run them), the
+modules they call on their own nodes answered by fakes of systemd and of the head's HTTP answers."""
+
+import threading
+from unittest.mock import MagicMock
+
+from action_runner import load_action
+
+ACTION = load_action("inference_service_wait")
+UNIT = "inference-m.service"
+GROUP = {"service": "m", "nodes": ["ct-a", "ct-b"], "rank": 0}
+
+
+class Node:
+    """One container: its unit (systemd) and, on the head, the API's answers after each (re)start."""
+
+    def __init__(self, answers=None, dies_after_looks=None):
+        self.active = "active"
+        self.answers = answers  # the completion before its first restart, and after (the head only)
+        self.starts = 0
+        self.dies_after_looks = dies_after_looks
+        self.looks = 0
+        self.calls = []
+
+    def module(self, name, args):
+        self.calls.append((name, {k: v for k, v in args.items() if k in ("state", "complete")}))
+        if name == "ansible.builtin.systemd_service":
+            if args.get("state") == "stopped":
+                self.active = "inactive"
+            elif args.get("state") == "started":
+                self.active = "active"
+                self.starts += 1
+            return {"status": {"ActiveState": self.active, "SubState": "x", "Result": "success"}}
+        self.looks += 1
+        if self.dies_after_looks is not None and self.looks > self.dies_after_looks and self.active == "active":
+            self.active = "failed"
+        completion = self.answers[min(self.starts, len(self.answers) - 1)]
+        return {
+            "ready": True,
+            "health": 200,
+            "unit_state": {"ActiveState": self.active, "Result": "signal" if self.active == "failed" else "success"},
+            "completion": completion,
+        }
+
+
+def plugin(node, args, uuid="task-1"):
+    task = MagicMock()
+    task.args = args
+    task.check_mode = False
+    task._uuid = uuid
+    task.async_val = 0
+    action = ACTION.ActionModule(task, MagicMock(), MagicMock(), MagicMock(), MagicMock(), MagicMock())
+    action._execute_module = lambda module_name, module_args, task_vars: node.module(module_name, module_args)
+    return action
+
+
+def run_group(head, worker, tmp_path, **extra):
+    common = {"model": "M", "unit": UNIT, "interval": 1, "board_dir": str(tmp_path), **extra}
+    results = {}
+
+    def run(name, node, rank, **more):
+        args = {**common, "group": {**GROUP, "rank": rank}, **more}
+        results[name] = plugin(node, args).run(task_vars={"inventory_hostname": name})
+
+    threads = [
+        threading.Thread(target=run, args=("ct-b", worker, 1)),
+        threading.Thread(target=run, args=("ct-a", head, 0), kwargs={"url": "http://127.0.0.1:8000"}),
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    return results
+
+
+OK = {"ok": True, "problem": ""}
+BROKEN = {"ok": False, "problem": "POST /v1/completions answered 500: engine dead"}
+
+
+def test_the_group_is_ready_after_a_completion_and_both_waits_say_so(tmp_path):
+    head, worker = Node([OK]), Node()
+    results = run_group(head, worker, tmp_path)
+    assert results["ct-a"]["ready"] and results["ct-b"]["ready"] and not results["ct-a"].get("failed")
+    assert results["ct-a"]["restarts"] == [] == results["ct-b"]["restarts"]
+    assert ("inference_service_probe", {"complete": True}) in head.calls
+    assert not [c for c in head.calls + worker.calls if c[1].get("state")]
+
+
+def test_completions_failing_while_healthy_restart_both_nodes_the_worker_started_before_the_head(tmp_path):
+    head, worker = Node([BROKEN, OK]), Node()
+    results = run_group(head, worker, tmp_path)
+    assert results["ct-a"]["ready"] and results["ct-b"]["ready"]
+    [reason] = results["ct-a"]["restarts"]
+    assert "engine dead" in reason
+    for node in (head, worker):
+        assert [c[1]["state"] for c in node.calls if c[1].get("state")] == ["stopped", "started"]
+
+
+def test_a_head_unit_that_keeps_failing_fails_both_waits(tmp_path):
+    head, worker = Node([OK], dies_after_looks=0), Node()
+    results = run_group(head, worker, tmp_path, max_restarts=1)
+    for name in ("ct-a", "ct-b"):
+        assert results[name]["failed"] and "restarted 1 times already" in results[name]["msg"]
