@@ -87,15 +87,17 @@ def example_services():
     ]
 
 
-def planned(service, environments, *, architectures=None, name=None):
-    """A service as inference_service_plan hands it to inference_engine_check, in the cached environment."""
+def planned(service, environments, *, architectures=None, name=None, node=None):
+    """A service as inference_service_plan hands it to inference_engine_check, in the cached environment; ``node``:
+    the inventory host whose rank's command line is asked (a service with nodes)."""
     config = json.loads((MODELS / CHECKPOINTS[service["model"]["path"]] / "config.json").read_text())
+    where = command.placement(service, node, {"ct-a": "192.0.2.101", "ct-b": "192.0.2.102"}) if node else None
     return {
         "name": name or service["name"],
         "engine": service["engine"],
         "virtualenv": str(environments[service["engine"]]),
         "model_path": service["model"]["path"],
-        "argv": command.build_argv(service),
+        "argv": command.build_argv(service, where=where),
         "architectures": architectures or config["architectures"],
     }
 
@@ -158,6 +160,14 @@ BAD = {
         "enable-hierarchical-cache and disable-radix-cache are mutually exclusive",
     ),
 }
+# name -> (service of the example spread over two containers, the node whose rank's command line is asked): the
+# head (rank 0) and a rank above it, whose vLLM command line runs headless.
+MULTI_NODE = {
+    "vllm-head": ("minimax-m25", "ct-a"),
+    "vllm-rank-1": ("minimax-m25", "ct-b"),
+    "sglang-head": ("qwen35", "ct-a"),
+    "sglang-rank-1": ("qwen35", "ct-b"),
+}
 UNKNOWN_ARCH = {  # name -> (service, architecture its engine's registry lacks)
     "vllm-unknown-arch": ("kimi-k25", "Qwen3_5MoeForConditionalGeneration"),
     "sglang-unknown-arch": ("qwen35", "FalconForCausalLM"),
@@ -172,6 +182,9 @@ def asked(environments):
         services.append(planned(with_args(examples[base], **args), environments, name=name))
     for name, (base, arch) in UNKNOWN_ARCH.items():
         services.append(planned(examples[base], environments, architectures=[arch], name=name))
+    for name, (base, node) in MULTI_NODE.items():
+        spread = {**examples[base], "nodes": ["ct-a", "ct-b"], "network_interface": "eth1"}
+        services.append(planned(spread, environments, name=name, node=node))
     return services
 
 
@@ -254,11 +267,21 @@ def test_each_bad_command_line_is_refused_by_the_stand_in_with_the_engines_messa
     assert BAD[name][2] in refusal
 
 
+@pytest.mark.parametrize("name", sorted(MULTI_NODE))
+def test_each_ranks_command_line_across_two_nodes_is_accepted_by_its_engine(verdicts, name):
+    by_name, _result, services, _cache = verdicts
+    argv = next(s["argv"] for s in services if s["name"] == name)
+    assert "--nnodes" in argv and "--node-rank" in argv  # what the engine was asked about
+    assert ("--headless" in argv) is (name == "vllm-rank-1")
+    verdict = by_name[name]
+    assert verdict["checked"] and verdict["refusals"] == [], verdict
+
+
 def test_an_unchanged_service_is_not_asked_again(verdicts, environments):
     """The passes of the run above are remembered, its refusals are not: no engine starts for the examples."""
     _by_name, _result, _services, cache = verdicts
     services = [planned(s, environments) for s in example_services()]
-    assert sorted(json.loads(cache.read_text())) == sorted(s["name"] for s in services)
+    assert sorted(json.loads(cache.read_text())) == sorted([*(s["name"] for s in services), *MULTI_NODE])
     result = run_module(load_module("inference_engine_check"), {"services": services, "cache": str(cache)})
     assert not result.get("failed"), result
     assert all(s["cached"] and s["checked"] for s in result["services"]), result
