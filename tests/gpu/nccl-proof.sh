@@ -10,7 +10,7 @@
 #   stack      /etc/nccl.conf + the .pth hook in the Python environment
 #   validate   playbooks/validate.yml (driver, device nodes, CUDA init, NCCL settings in the environment)
 #   override   the stack, with NCCL_PROTO=Simple set by the user (the user's value must win)
-# then removes everything the role placed (nccl_tuning_state=absent).
+# then removes everything the role placed (nccl_tuning_install=false).
 set -euo pipefail
 out=${1:?usage: $0 OUTDIR}
 mkdir -p "$out"
@@ -33,7 +33,7 @@ bench() {
   grep -hoE "NCCL_(PROTO|ALGO|P2P_LEVEL) set by environment to [A-Za-z]+" "$out/$label.log" | sort | uniq -c || true
 }
 
-apply -e nccl_tuning_state=absent -e nccl_proof_env="$venv"
+apply -e nccl_tuning_install=false -e nccl_proof_env="$venv"
 bench baseline
 apply -e nccl_proof_env=
 echo "-- /etc/nccl.conf:"; grep -v '^#' /etc/nccl.conf | grep .
@@ -50,5 +50,5 @@ grep -E '"msg"|^localhost|failed=' "$out/validate.log" || true
 bench override NCCL_PROTO=Simple
 apply -e nccl_proof_env="$venv" >/dev/null
 echo "-- second apply: $(grep -oE 'changed=[0-9]+' "$out/ansible.log" | tail -n1)"
-apply -e nccl_tuning_state=absent -e nccl_proof_env="$venv"
+apply -e nccl_tuning_install=false -e nccl_proof_env="$venv"
 test ! -e /etc/nccl.conf && echo "-- removed: /etc/nccl.conf and the hook"

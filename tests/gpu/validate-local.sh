@@ -34,7 +34,7 @@ printf 'INFERHOST_API_KEY="%s"\n' "$key" >"$work/secrets/standin.secret.env"
 "$py" src/inferhost/sim/engine/openai_standin.py serve "$work/models/Standin-H200" --port "$port" --api-key "$key" \
   --load-delay 1 >"$out/standin.log" 2>&1 &
 standin=$!
-trap 'kill $standin 2>/dev/null; apply_nccl -e nccl_tuning_state=absent || true; rm -rf "$work"' EXIT
+trap 'kill $standin 2>/dev/null; apply_nccl -e nccl_tuning_install=false || true; rm -rf "$work"' EXIT
 
 apply_nccl
 "$py" - "$work/vars.json" "$env_root" "$work" "$port" "$checks" <<'PY'

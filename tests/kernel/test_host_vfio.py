@@ -65,7 +65,7 @@ def play(vm: KernelVM, tmp_path, tasks_from: list[str], **role_vars) -> dict:
     }
     variables = {
         "pve_host_gpu_driver_version": "590.48.01",
-        "pve_host_gpu_driver_install": False,  # no NVIDIA repository here; the checks and files are the point
+        "pve_host_gpu_install_driver": False,  # no NVIDIA repository here; the checks and files are the point
         **role_vars,
     }
     playbook = [

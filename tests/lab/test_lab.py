@@ -135,7 +135,7 @@ def test_the_container_play_alone_reads_the_hosts_driver_version(lab, deployed):
     result = labmod.playbook(
         labmod.ROOT / "playbooks" / "container.yml",
         check=True,
-        extravars={"nvidia_userspace_enabled": True},
+        extravars={"nvidia_userspace_install": True},
         tags="role::nvidia_userspace",
         fact_cache=labmod.cold_fact_cache("container-alone"),
     )
@@ -151,7 +151,7 @@ def test_the_container_play_alone_reads_the_hosts_driver_version(lab, deployed):
             labmod.playbook(
                 labmod.ROOT / "playbooks" / "container.yml",
                 check=True,
-                extravars={"nvidia_userspace_enabled": True},
+                extravars={"nvidia_userspace_install": True},
                 tags="role::nvidia_userspace",
                 fact_cache=labmod.cold_fact_cache("container-alone-other-driver"),
             )
@@ -423,7 +423,7 @@ def test_the_driver_change_reaches_the_container_after_the_hosts_reboot(lab, dep
     pin = {"inferhost_nvidia_driver_version": new}
     host = labmod.playbook(
         labmod.ROOT / "playbooks" / "host.yml",
-        extravars={**pin, "pve_host_gpu_driver_change_allowed": True},
+        extravars={**pin, "pve_host_gpu_allow_driver_change": True},
         fact_cache=labmod.cold_fact_cache("driver-change-host"),
     )
     assert f"NVIDIA driver {new} installed (replacing {current})" in labmod.reboot_reasons(host)

@@ -176,6 +176,7 @@ CASES = [
     Case("guest-id-small", PROXMOX, proxmox(container_vmid=42), "inferhost_proxmox.container_vmid"),
     Case("password-empty", LABFILE, lambda d: d["lab_proxmox"].update(password=""), "pve_api_password"),
     Case("removed-name", SWITCH, put("gpu_switch_proxmox_verify_ssl", True), "rename it to pve_api_validate_certs"),
+    Case("renamed-switch", HOST_GPU, put("pve_host_gpu_swap_expected", True), "rename it to pve_host_gpu_allow_swap"),
     Case("connection-left-in-proxmox", PROXMOX, proxmox(node="pve1"), "move it to pve_api_node"),
     Case("switch-gpu-not-on-host", SWITCH, put("gpu_switch_gpus", ["0000:01:00.0", "0000:09:00.0"]), "gpu_switch_gpus[1]"),
     Case("switch-gpu-twice", SWITCH, put("gpu_switch_gpus", ["0000:01:00.0", "0000:01:00.0"]), "gpu_switch_gpus[1]"),

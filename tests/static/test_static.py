@@ -217,3 +217,45 @@ def test_no_role_reaches_past_its_own_folder():
             hits = climbs_out(path.read_text(errors="replace"), len(path.relative_to(role).parts) - 1)
             offenders += [f"{path.relative_to(ROOT)}: {hit}" for hit in hits]
     assert not offenders, offenders
+
+
+# The first word of a role's switch after the role's prefix (docs/layout.md, "Names"): what the role does when
+# the switch is true. validate is Ansible's own (validate_certs).
+SWITCH_VERBS = frozenset(
+    {"add", "allow", "attach", "check", "create", "install", "move", "recover", "reboot", "require", "run", "use"}
+    | {"validate", "wait", "write"}
+)
+
+
+def switch_is_a_verb_phrase(role, name):
+    rest = name.removeprefix(f"{role}_")
+    return rest != name and rest.split("_")[0] in SWITCH_VERBS
+
+
+@pytest.mark.parametrize(
+    ("name", "verb_phrase"),
+    [
+        ("pve_host_gpu_allow_swap", True),
+        ("pve_host_gpu_swap_expected", False),  # an adjective
+        ("pve_host_gpu_persistenced", False),  # a bare noun
+        ("pve_host_gpu_nvidia_repo_enabled", False),
+        ("nccl_tuning_install", False),  # another role's prefix
+        ("pve_host_gpu_reboot", True),
+    ],
+)
+def test_the_switch_check_sees_a_name_that_is_no_verb_phrase(name, verb_phrase):
+    assert switch_is_a_verb_phrase("pve_host_gpu", name) is verb_phrase
+
+
+def test_every_switch_of_a_role_is_a_verb_phrase():
+    """A role's bool option says what the role does when it is true, so `when: <switch>` reads as a sentence.
+    Only the role's own options: a bool field of an item of its data (a service's expert_parallel) describes
+    the item."""
+    offenders = []
+    for spec in sorted((ROOT / "roles").glob("*/meta/argument_specs.yml")):
+        role = spec.parents[1].name
+        for entry, body in yaml.safe_load(spec.read_text())["argument_specs"].items():
+            for name, option in (body.get("options") or {}).items():
+                if option.get("type") == "bool" and not switch_is_a_verb_phrase(role, name):
+                    offenders.append(f"{role} ({entry}): {name}")
+    assert not offenders, f"switches that are no verb phrase (a verb from SWITCH_VERBS after the prefix): {offenders}"

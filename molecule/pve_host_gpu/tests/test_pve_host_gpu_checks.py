@@ -96,7 +96,7 @@ def test_secure_boot_without_an_enrolled_key_stops_with_what_to_do(case):
 
 
 def test_swap_the_inventory_does_not_expect_stops(case):
-    failed(case["swap_unexpected"], "Swap is active", "/dev/zd0", "pve_host_gpu_swap_expected")
+    failed(case["swap_unexpected"], "Swap is active", "/dev/zd0", "pve_host_gpu_allow_swap")
 
 
 def test_a_gpu_sharing_its_iommu_group_with_a_nic_stops(case):
@@ -110,7 +110,7 @@ def test_a_version_other_than_the_installed_one_is_refused(case):
         case["other_version_installed"],
         "has NVIDIA driver 590.48.01-1 installed",
         "the inventory names 595.45.04",
-        "pve_host_gpu_driver_change_allowed=true",
+        "pve_host_gpu_allow_driver_change=true",
     )
     assert outcome["task"] == "preflight | Refuse a driver version the inventory does not name"
 

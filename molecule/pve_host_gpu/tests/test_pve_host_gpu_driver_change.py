@@ -18,7 +18,7 @@ OLD, NEW = "590.48.01", "595.45.04"
 PACKAGES = ["nvidia-kernel-open-dkms", "nvidia-driver-cuda", "nvidia-persistenced", "nvidia-modprobe"]
 PIN_FILE = "/etc/apt/preferences.d/nvidia-driver-pinning.pref"
 MARKER = "/run/inferhost/reboot-required"
-ALLOW = ["-e", "pve_host_gpu_driver_change_allowed=true"]
+ALLOW = ["-e", "pve_host_gpu_allow_driver_change=true"]
 
 # (step, ansible-playbook arguments): the change, the way back, and the day after. ALLOW is the documented
 # command line: a string "true" to Ansible.

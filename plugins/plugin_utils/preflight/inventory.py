@@ -99,6 +99,22 @@ RENAMED = {
     "gpu_switch_source_dir": "gpu_switch_lib_modules (import names such as gpu_switch, not a directory)",
     "inference_service_guard_source_dir": "inference_service_guard_lib_modules (import names such as inference, "
     "not a directory)",
+    # A switch is a verb phrase saying what the role does when it is true (docs/layout.md, "Names").
+    "cuda_toolkit_profile": "cuda_toolkit_write_profile",
+    "cuda_toolkit_ldconfig": "cuda_toolkit_run_ldconfig",
+    "gpu_switch_parallel": "gpu_switch_move_in_parallel",
+    "inference_service_engine_check": "inference_service_check_engine",
+    "inference_service_wait": "inference_service_wait_until_served",
+    "nccl_tuning_state": "nccl_tuning_install (true for present, false for absent)",
+    "nvidia_userspace_enabled": "nvidia_userspace_install",
+    "pve_host_gpu_driver_change_allowed": "pve_host_gpu_allow_driver_change",
+    "pve_host_gpu_driver_install": "pve_host_gpu_install_driver",
+    "pve_host_gpu_nvidia_repo_enabled": "pve_host_gpu_add_nvidia_repo",
+    "pve_host_gpu_iommu_passthrough": "pve_host_gpu_use_iommu_passthrough",
+    "pve_host_gpu_persistenced": "pve_host_gpu_run_persistenced",
+    "pve_host_gpu_device_nodes_modeset": "pve_host_gpu_create_modeset_node",
+    "pve_host_gpu_swap_expected": "pve_host_gpu_allow_swap",
+    "pve_host_gpu_iommu_group_check": "pve_host_gpu_check_iommu_groups",
 }
 # Local facts published under a new name (ansible_local.<name>, role pve_host_gpu's), each with the new one. A
 # template that still reads the former name renders its default once the host has run: refused here, naming the new.

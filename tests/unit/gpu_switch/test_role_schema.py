@@ -177,7 +177,7 @@ VARIANTS = {
         "pve_api_validate_certs": False,
         "gpu_switch_persistenced_unit": "",
         "gpu_switch_timeouts": {"shutdown": 30},
-        "gpu_switch_parallel": True,
+        "gpu_switch_move_in_parallel": True,
     },
     # Over the file by-address wrote.
     "refused": {"gpu_switch_gpus": ["0000:01:00.0"], "gpu_switch_hostpci_options": "pcie=2"},

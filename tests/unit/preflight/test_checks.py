@@ -100,6 +100,28 @@ def test_a_removed_name_is_refused_naming_the_variable_that_replaced_it(old, new
     assert "pw-1234" not in found.line()
 
 
+@pytest.mark.parametrize(
+    ("target", "old", "value", "new"),
+    [
+        ("pve", "pve_host_gpu_swap_expected", True, "pve_host_gpu_allow_swap"),
+        ("pve", "pve_host_gpu_driver_change_allowed", True, "pve_host_gpu_allow_driver_change"),
+        ("pve", "gpu_switch_parallel", False, "gpu_switch_move_in_parallel"),
+        ("ct", "nvidia_userspace_enabled", False, "nvidia_userspace_install"),
+        ("ct", "inference_service_wait", False, "inference_service_wait_until_served"),
+        ("ct", "nccl_tuning_state", "absent", "nccl_tuning_install"),
+    ],
+)
+def test_a_switch_set_by_its_former_name_is_refused_naming_the_verb_phrase(target, old, value, new):
+    found = only(problems(**{target: {old: value}}))
+    assert found.variable == old and found.fix.startswith(f"rename it to {new}")
+    assert new in DECLARED
+
+
+def test_the_former_state_names_its_two_values():
+    found = only(problems(ct={"nccl_tuning_state": "present"}))
+    assert "true for present, false for absent" in found.fix
+
+
 def test_every_removed_name_points_at_a_declared_variable():
     for new in inventory.RENAMED.values():
         assert new.split()[0] in DECLARED, new
