@@ -126,6 +126,10 @@ def discover_gpus(sysfs, proc_root="/proc", addresses=None, vendor=NVIDIA):
                 "slot": gpu.slot,
                 "vendor": gpu.primary.vendor.lower(),
                 "device": gpu.primary.device.lower(),
+                # What a cluster PCI mapping of the GPU holds besides vendor:device and the IOMMU group, and PVE
+                # checks at a VM's start; None where the device has none.
+                "subsystem_vendor": (sysfs.attr(address, "subsystem_vendor") or "").lower() or None,
+                "subsystem_device": (sysfs.attr(address, "subsystem_device") or "").lower() or None,
                 "functions": [_function(f) for f in gpu.functions],
                 "iommu_group": gpu.iommu_group,
                 "iommu_group_members": gpu.group_members,

@@ -481,6 +481,72 @@ def _hookscript_user(get, rule):
     ]
 
 
+def _guest_gpu_login(get, rule):
+    """Raw hostpciN and devN are root@pam's: another login (a token included) needs the VMs' GPUs as PCI mappings
+    (pve_guest_gpu_use_pci_mappings), and may not wire containers, whose devN entries have no mapping."""
+    value = get(rule["path"])
+    user = get("pve_api_user")
+    user = "root@pam" if user is UNSET else user
+    token = get("pve_api_token_id")
+    if _empty(value) or get("pve_api_backend") == "local" or (user == "root@pam" and _empty(token)):
+        return []
+    who = f"the API token {user}!{token}" if not _empty(token) else f"the user {user}"
+    if rule["path"] == "pve_guest_gpu_containers":
+        return [
+            Refusal(
+                rule["path"],
+                value,
+                f"no containers while the Proxmox login is {who}: PVE has no resource mapping for a container's devN "
+                "entries, so only root@pam logged in with its password (or pvesh on the node) may set them",
+                "pve_api_user: root@pam with pve_api_password and no pve_api_token_id (or pve_api_backend: local)",
+                rule["path"],
+            )
+        ]
+    mappings = get("pve_guest_gpu_use_pci_mappings")
+    if mappings is True:
+        return []
+    return [
+        Refusal(
+            "pve_guest_gpu_use_pci_mappings",
+            False if mappings is UNSET else mappings,
+            f"true while the Proxmox login is {who}: raw hostpciN entries are root@pam's, and a login with "
+            "Mapping.Use may set hostpciN: mapping=<id>",
+            "pve_guest_gpu_use_pci_mappings: true (the login needs Mapping.Modify on /mapping/pci, Mapping.Use on "
+            "/mapping/pci/<id> and VM.Config.HWType on the VM), or log in as root@pam with its password",
+            "pve_guest_gpu_use_pci_mappings",
+        )
+    ]
+
+
+MAPPING_FACTS = ("vendor", "device", "subsystem_vendor", "subsystem_device", "iommu_group")
+
+
+def _gpu_facts_for_mappings(get, rule):
+    """With pve_guest_gpu_use_pci_mappings and VMs to wire, each GPU carries what its mapping needs (MAPPING_FACTS)."""
+    gpus = get(rule["path"])
+    if (
+        get("pve_guest_gpu_use_pci_mappings") is not True
+        or _empty(get("pve_guest_gpu_vms"))
+        or not isinstance(gpus, list)
+    ):
+        return []
+    out = []
+    for n, gpu in enumerate(gpus):
+        lacking = [key for key in MAPPING_FACTS if not isinstance(gpu, dict) or key not in gpu]
+        if lacking:
+            out.append(
+                Refusal(
+                    f"{rule['path']}[{n}]",
+                    gpu,
+                    f"a GPU as pve_host_gpu publishes it, with {', '.join(MAPPING_FACTS)} for its PCI mapping "
+                    f"(this one lacks {', '.join(lacking)}: facts of an older pve_host_gpu)",
+                    "run pve_host_gpu on the host again (it publishes ansible_local.inferhost_gpu_facts.gpus)",
+                    rule["path"],
+                )
+            )
+    return out
+
+
 def _module_options(get, rule):
     """Kernel module options: module names of a-z0-9_, each a mapping of parameters without quotes or newlines."""
     options = get(rule["path"])
@@ -612,6 +678,8 @@ CHECKS = {
     "gpus_named_one_way": _gpus_named_one_way,
     "api_secret": _api_secret,
     "hookscript_user": _hookscript_user,
+    "guest_gpu_login": _guest_gpu_login,
+    "gpu_facts_for_mappings": _gpu_facts_for_mappings,
     "module_options": _module_options,
     "guest_gpus_on_host": _guest_gpus,
     "gpu_indices": _gpu_indices,
@@ -623,6 +691,8 @@ CHECK_READS = {
     "cuda_home_is_a_toolkit": ("cuda_toolkit_versions", "cuda_toolkit_default"),
     "api_secret": ("pve_api_token_id", "pve_api_token_secret", "pve_api_password", "pve_api_backend"),
     "hookscript_user": ("pve_api_user", "pve_api_token_id"),
+    "gpu_facts_for_mappings": ("pve_guest_gpu_use_pci_mappings", "pve_guest_gpu_vms"),
+    "guest_gpu_login": ("pve_api_user", "pve_api_token_id", "pve_api_backend", "pve_guest_gpu_use_pci_mappings"),
     "guest_gpus_on_host": ("pve_guest_gpu_gpus", "inferhost_gpus"),
 }
 

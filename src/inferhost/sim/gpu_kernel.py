@@ -137,12 +137,17 @@ class FakeKernel:
         native: str | None = None,
         driver: str | None = None,
         minor: int | None = None,
+        subsystem_vendor: str = "0x10de",
+        subsystem_device: str = "0x204b",
     ) -> None:
         real = os.path.join(self.root, "devices", "pci0000:00", address)
         os.makedirs(real, exist_ok=True)
         for attr, value in (
             ("vendor", vendor),
             ("device", device),
+            # The board's maker and model, which a PVE PCI mapping holds as subsystem-id.
+            ("subsystem_vendor", subsystem_vendor),
+            ("subsystem_device", subsystem_device),
             ("class", pci_class),
             ("numa_node", str(numa)),
             ("driver_override", "(null)"),

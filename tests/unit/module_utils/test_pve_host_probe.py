@@ -43,6 +43,17 @@ def test_every_nvidia_gpu_with_its_functions_group_numa_and_driver(make_host):
     assert result["missing"] == []
 
 
+def test_each_gpu_carries_what_its_pci_mapping_holds(make_host):
+    root = make_host()
+    gpu = probe(root)["gpus"][0]
+    # vendor:device, subsystem vendor:device and the IOMMU group, as a PVE mapping entry holds them.
+    assert (gpu["vendor"], gpu["device"]) == ("0x10de", "0x2bb5")
+    assert (gpu["subsystem_vendor"], gpu["subsystem_device"]) == ("0x10de", "0x204b")
+    assert gpu["iommu_group"] == 10
+    os.unlink(f"{root}/sys/devices/pci0000:00/0000:01:00.0/subsystem_vendor")
+    assert probe(root)["gpus"][0]["subsystem_vendor"] is None, "a device without a subsystem id has none"
+
+
 def test_a_bridge_in_the_group_is_not_foreign_a_nic_is(make_host):
     clean = probe(make_host())["gpus"][0]
     assert "0000:00:01.1" in clean["iommu_group_members"]
