@@ -43,6 +43,8 @@ SPANNING = {
     "step in turn, then recover (recovery.py, through cli.py) must leave every function on one driver",
     "gpu_switch/test_role_schema.py": "the gpu_switch role and config.py's schema held to each other",
     "gpu_switch/test_sysfs.py": "sysfs read and written: pci.py, rebind.py and writer.py against the simulated kernel",
+    "inference/test_multinode.py": "a service across several nodes: each rank's command line (command.py), the "
+    "plan's refusals (plan.py) and the module inference_service_plan rendering only what a node runs",
     "modules/test_inference_modules.py": "inference_service_plan and inference_checkpoint_edit, the modules around "
     "the pure checks, on the same reference services",
     "modules/test_pve_host_modules.py": "pve_kernel_cmdline and pve_host_probe on the same fake host trees",
