@@ -3,14 +3,13 @@ value, except for addresses, secrets, sizes and stand-in hardware. Each allowed 
 its reason; any other difference fails, naming the variable and the host."""
 
 import json
-import os
 import re
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
+from playbook_testlib import PLAYBOOK, run_ansible
 
 from inferhost.sim import apt_repo
 
@@ -61,15 +60,8 @@ LAB_ONLY = re.compile(r"^lab_")
 
 
 def hostvars(inventory: str) -> tuple[dict, dict]:
-    proc = subprocess.run(
-        ["ansible-inventory", "-i", f"inventory/{inventory}/hosts.yml", "--list"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-        # Only what the inventory says: no facts cached by an earlier run.
-        env={**os.environ, "ANSIBLE_CACHE_PLUGIN": "memory"},
-    )
+    # Only what the inventory says: no facts cached by an earlier run.
+    proc = run_ansible("ansible-inventory", "-i", f"inventory/{inventory}/hosts.yml", "--list", check=True)
     listing = json.loads(proc.stdout)
     return listing["_meta"]["hostvars"], listing
 
@@ -172,26 +164,13 @@ def test_the_example_as_a_two_host_cluster_passes_the_validation_play(tmp_path):
     listing = yaml.safe_load(hosts.read_text())["all"]["children"]
     assert sorted(listing["pve_hosts"]["hosts"]) == ["pve1", "pve2"]
     assert sorted(listing["inference_containers"]["hosts"]) == ["inference-ct", "inference-ct2"]
-    env = {**os.environ, "ANSIBLE_CACHE_PLUGIN": "memory", "ANSIBLE_NOCOLOR": "1"}
-    proc = subprocess.run(
-        ["ansible-playbook", "-i", str(hosts), "playbooks/preflight.yml", "-v", "-e", "vault_proxmox_password=pw-1234"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
-        env=env,
+    proc = run_ansible(
+        PLAYBOOK, "-i", str(hosts), "playbooks/preflight.yml", "-v", "-e", "vault_proxmox_password=pw-1234"
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     checked = re.search(r"The inventory of (.*?) is consistent", " ".join(proc.stdout.split()))
     assert checked and {"pve1", "pve2", "inference-ct2", "inference-vm2"} <= set(checked.group(1).split(", "))
-    proc = subprocess.run(
-        ["ansible-inventory", "-i", str(hosts), "--playbook-dir", "playbooks", "--list"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-        env=env,
-    )
+    proc = run_ansible("ansible-inventory", "-i", str(hosts), "--playbook-dir", "playbooks", "--list", check=True)
     hv = json.loads(proc.stdout)["_meta"]["hostvars"]
     ids = {
         h: (hv[h]["inferhost_proxmox"]["container_vmid"], hv[h]["inferhost_proxmox"]["vm_vmid"])
@@ -201,21 +180,15 @@ def test_the_example_as_a_two_host_cluster_passes_the_validation_play(tmp_path):
     assert (hv["pve1"]["pve_api_node"], hv["pve2"]["pve_api_node"]) == ("pve1", "pve2")
     assert (hv["inference-ct"]["inferhost_pve_host"], hv["inference-ct2"]["inferhost_pve_host"]) == ("pve1", "pve2")
     # A move on one host of the cluster reaches that host alone.
-    proc = subprocess.run(
-        [
-            "ansible-playbook",
-            "-i",
-            str(hosts),
-            "playbooks/gpu_switch.yml",
-            "--list-hosts",
-            "-e",
-            "gpu_switch_hosts=pve2",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
+    proc = run_ansible(
+        PLAYBOOK,
+        "-i",
+        str(hosts),
+        "playbooks/gpu_switch.yml",
+        "--list-hosts",
+        "-e",
+        "gpu_switch_hosts=pve2",
         check=True,
-        env=env,
     )
     move = next(block for block in proc.stdout.split("play #") if ": Move the GPUs" in block)
     moves = [move.split("hosts (", 1)[1].split(":", 1)[1].split()]

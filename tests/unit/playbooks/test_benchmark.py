@@ -6,16 +6,13 @@ command line, and writes the engine's result (the fixtures of tests/unit/inferen
 """
 
 import json
-import os
-import shutil
-import subprocess
 import sys
 
 import pytest
-from inference_refdata import BENCH, MODELS, REFERENCE, ROOT
+from inference_refdata import BENCH
+from playbook_testlib import minimax_site, run_playbook
 
 KEY = "b3nch-key-of-the-service"
-PLAYBOOK = shutil.which("ansible-playbook", path=os.path.dirname(sys.executable)) or "ansible-playbook"
 
 FAKE = """#!{python}
 import json, os, sys
@@ -46,60 +43,31 @@ else:
 @pytest.fixture
 def site(tmp_path, hardware):
     """A checkpoint, a service environment with the benchmark stand-ins, the secret file, inventory variables."""
-    model = tmp_path / "models/MiniMax-M2.5"
-    shutil.copytree(MODELS / REFERENCE["minimax-m25"], model)
     env = tmp_path / "venv/bin"
     env.mkdir(parents=True)
     for name in ("vllm", "python"):
         (env / name).write_text(FAKE.format(python=sys.executable, key=KEY, bench=BENCH))
         (env / name).chmod(0o755)
-    secrets = tmp_path / "secrets"
-    secrets.mkdir()
-    (secrets / "mm.secret.env").write_text(f'INFERHOST_API_KEY="{KEY}"\n')
-    service = {
-        "name": "mm",
-        "engine": "vllm",
-        "environment": str(tmp_path / "venv"),
-        "model": {
-            "path": str(model),
-            "served_name": "MiniMax-M2.5",
-            "active_params_b": 10,
-            "quantization": "fp8",
-            "quantized": "all_linear",
-        },
-        "gpus": [0, 1, 2, 3],
-        "tensor_parallel_size": 4,
-        "port": 18999,
-    }
-    variables = {
-        "inference_service_active": "mm",
-        "inference_service_hardware": hardware,
-        "inference_service_services": [service],
-        "inference_service_config_dir": str(secrets),
-        "benchmark_hosts": "localhost",
-        "benchmark_concurrency": [1, 4],
-        "benchmark_input_tokens": 128,
-        "benchmark_output_tokens": 64,
-        "benchmark_output_dir": str(tmp_path / "results"),
-        "benchmark_name": "mm",
-        "benchmark_poll": 1,
-        "nccl_tuning_settings": [{"name": "NCCL_PROTO", "value": "LL", "reason": "decode"}],
-        "ansible_python_interpreter": sys.executable,
-    }
-    return {"tmp": tmp_path, "vars": variables, "service": service}
+    return minimax_site(
+        tmp_path,
+        hardware,
+        KEY,
+        tmp_path / "venv",
+        18999,
+        benchmark_hosts="localhost",
+        benchmark_concurrency=[1, 4],
+        benchmark_input_tokens=128,
+        benchmark_output_tokens=64,
+        benchmark_output_dir=str(tmp_path / "results"),
+        benchmark_name="mm",
+        benchmark_poll=1,
+        nccl_tuning_settings=[{"name": "NCCL_PROTO", "value": "LL", "reason": "decode"}],
+    )
 
 
 def playbook(site, *options, fake=None, **extra):
-    path = site["tmp"] / "vars.json"
-    path.write_text(json.dumps({**site["vars"], **extra}))
-    argv = [PLAYBOOK, "-i", "localhost,", "-c", "local", str(ROOT / "playbooks/benchmark.yml"), "-e", f"@{path}"]
-    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
-    env.update(FAKE_RECORD=str(site["tmp"] / "record.jsonl"), **(fake or {}))
-    done = subprocess.run(
-        [*argv, *options], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False
-    )
-    # The YAML callback wraps long lines: compare with whitespace collapsed.
-    return done.returncode, " ".join((done.stdout + done.stderr).split())
+    fake = {"FAKE_RECORD": str(site["tmp"] / "record.jsonl"), **(fake or {})}
+    return run_playbook(site, "benchmark.yml", *options, env=fake, **extra)
 
 
 def ran(site):

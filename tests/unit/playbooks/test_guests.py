@@ -3,21 +3,17 @@ renders it: the expressions are read from guests.yml itself, on an inventory tha
 """
 
 import json
-import os
-import shutil
-import subprocess
 import sys
 
 import pytest
 import yaml
 from localhost import ROOT
+from playbook_testlib import PLAYBOOK, run_ansible
 
 GUESTS = ROOT / "playbooks/guests.yml"
 # The inventory's order is not the bus order: index i must still be the i-th GPU on the bus, as CUDA numbers them
 # with CUDA_DEVICE_ORDER=PCI_BUS_ID (and nvidia-smi does).
 LISTED = ["0000:c1:00.0", "0000:01:00.0", "0000:81:00.0", "0000:41:00.0"]
-# The ansible-playbook of this interpreter's environment, also when that is not on PATH.
-PLAYBOOK = shutil.which("ansible-playbook", path=os.path.dirname(sys.executable)) or "ansible-playbook"
 BUS_ORDER = {"0": "0000:01:00.0", "1": "0000:41:00.0", "2": "0000:81:00.0", "3": "0000:c1:00.0"}
 
 
@@ -63,15 +59,7 @@ def rendered_map(tmp_path, published=None):
     (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inventory))
     (tmp_path / "play.yml").write_text(yaml.safe_dump(plays, sort_keys=False))
     # No fact cache: facts another run cached for a host named pve1 must not count here.
-    env = {**os.environ, "ANSIBLE_CACHE_PLUGIN": "memory"}
-    done = subprocess.run(
-        [PLAYBOOK, "-i", str(tmp_path / "hosts.yml"), str(tmp_path / "play.yml")],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    done = run_ansible(PLAYBOOK, "-i", str(tmp_path / "hosts.yml"), str(tmp_path / "play.yml"))
     assert done.returncode == 0, done.stdout + done.stderr
     return json.loads(out.read_text())
 

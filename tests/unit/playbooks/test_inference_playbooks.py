@@ -3,30 +3,25 @@ benchmark.yml."""
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
 import urllib.request
 
 import pytest
-from inference_refdata import MODELS, REFERENCE, ROOT
 from localhost import free_port, wait_listening
 from nccl_init import RESULT_PREFIX
+from playbook_testlib import minimax_site, run_playbook
 
 from inferhost.sim import ENGINE_DIR
 
 STANDIN = ENGINE_DIR / "openai_standin.py"
 KEY = "pl4ybook-key"
-# The ansible-playbook of this interpreter's environment, also when that is not on PATH (make test).
-PLAYBOOK = shutil.which("ansible-playbook", path=os.path.dirname(sys.executable)) or "ansible-playbook"
 
 
 @pytest.fixture
 def site(tmp_path, hardware):
     """A checkpoint, a service environment with the NCCL hook, the secret file, and inventory variables."""
-    model = tmp_path / "models/MiniMax-M2.5"
-    shutil.copytree(MODELS / REFERENCE["minimax-m25"], model)
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     purelib = subprocess.check_output(
@@ -35,39 +30,13 @@ def site(tmp_path, hardware):
     # What nccl_tuning installs in an environment.
     hook = "import os; [os.environ.setdefault(k, v) for k, v in (('NCCL_PROTO', 'LL'), ('NCCL_ALGO', 'Ring'))]\n"
     (tmp_path / purelib / "00-inferhost-nccl.pth").write_text(hook)
-    secrets = tmp_path / "secrets"
-    secrets.mkdir()
-    (secrets / "mm.secret.env").write_text(f'INFERHOST_API_KEY="{KEY}"\n')
     port = free_port()
-    variables = {
-        "inference_service_active": "mm",
-        "inference_service_hardware": hardware,
-        "inference_service_services": [
-            {
-                "name": "mm",
-                "engine": "vllm",
-                "environment": str(venv),
-                "model": {
-                    "path": str(model),
-                    "served_name": "MiniMax-M2.5",
-                    "active_params_b": 10,
-                    "quantization": "fp8",
-                    "quantized": "all_linear",
-                },
-                "gpus": [0, 1, 2, 3],
-                "tensor_parallel_size": 4,
-                "port": port,
-            }
-        ],
-        "nccl_tuning_settings": [
-            {"name": "NCCL_PROTO", "value": "LL", "reason": "r"},
-            {"name": "NCCL_ALGO", "value": "Ring", "reason": "r"},
-        ],
-        "inference_service_config_dir": str(secrets),
-        "validate_hosts": "localhost",
-        "ansible_python_interpreter": sys.executable,
-    }
-    return {"tmp": tmp_path, "port": port, "vars": variables}
+    settings = [
+        {"name": "NCCL_PROTO", "value": "LL", "reason": "r"},
+        {"name": "NCCL_ALGO", "value": "Ring", "reason": "r"},
+    ]
+    site = minimax_site(tmp_path, hardware, KEY, venv, port, nccl_tuning_settings=settings, validate_hosts="localhost")
+    return {**site, "port": port}
 
 
 @pytest.fixture
@@ -89,21 +58,10 @@ def standin(site):
         proc.wait()
 
 
-def playbook(site, name, **extra):
-    variables = {**site["vars"], **extra}
-    path = site["tmp"] / "vars.json"
-    path.write_text(json.dumps(variables))
-    argv = [PLAYBOOK, "-i", "localhost,", "-c", "local", str(ROOT / "playbooks" / name), "-e", f"@{path}"]
-    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
-    done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
-    # The YAML callback wraps long lines: compare with whitespace collapsed.
-    return done.returncode, " ".join((done.stdout + done.stderr).split())
-
-
 def test_validate_checks_nccl_and_answers(site, standin):
     standin()
     time.sleep(0.2)
-    rc, out = playbook(site, "validate.yml", validate_checks=["nccl", "smoke"])
+    rc, out = run_playbook(site, "validate.yml", validate_checks=["nccl", "smoke"])
     assert rc == 0, out[-4000:]
     assert '"NCCL_PROTO": "LL"' in out and '"NCCL_ALGO": "Ring"}, as the inventory says' in out
     assert (
@@ -124,7 +82,7 @@ def test_validate_asks_for_the_tool_call_and_the_reasoning_the_command_line_prom
     standin(
         *[f"--{k}" if v is True else f"--{k}={v}" for k, v in parsers.items()], env={"STANDIN_REASONING_TOKENS": "300"}
     )
-    rc, out = playbook(
+    rc, out = run_playbook(
         site, "validate.yml", validate_checks=["smoke"], inference_service_services=with_args(site, **parsers)
     )
     assert rc == 0, out[-4000:]
@@ -138,7 +96,7 @@ def test_validate_asks_for_the_tool_call_and_the_reasoning_the_command_line_prom
 def test_validate_fails_when_the_service_promises_what_the_engine_does_not_do(site, standin):
     standin()  # no parser on the engine's command line, whatever the inventory says
     parsers = {"reasoning-parser": "qwen3", "enable-auto-tool-choice": True, "tool-call-parser": "hermes"}
-    rc, out = playbook(
+    rc, out = run_playbook(
         site, "validate.yml", validate_checks=["smoke"], inference_service_services=with_args(site, **parsers)
     )
     assert rc != 0
@@ -152,7 +110,7 @@ def test_validate_fails_at_once_when_generation_is_dead_though_health_answers(si
     urllib.request.urlopen(urllib.request.Request(url + "/standin/generation-dead", data=b"{}"), timeout=10).close()
     with urllib.request.urlopen(url + "/health", timeout=10) as health:
         assert health.status == 200
-    rc, out = playbook(site, "validate.yml", validate_checks=["smoke"])
+    rc, out = run_playbook(site, "validate.yml", validate_checks=["smoke"])
     assert rc != 0
     assert (
         "mm: the one-token completion (POST /v1/completions, max_tokens 1) answered HTTP 500: EngineCore encountered "
@@ -163,10 +121,10 @@ def test_validate_fails_at_once_when_generation_is_dead_though_health_answers(si
 def test_validate_fails_on_a_wrong_answer_and_on_missing_nccl_settings(site, standin):
     standin()
     prompts = [{"prompt": "What is the capital of France?", "expect": "Lyon"}]
-    rc, out = playbook(site, "validate.yml", validate_checks=["smoke"], validate_prompts=prompts)
+    rc, out = run_playbook(site, "validate.yml", validate_checks=["smoke"], validate_prompts=prompts)
     assert rc != 0 and "the answer does not contain 'Lyon'" in out
     wanted = [*site["vars"]["nccl_tuning_settings"], {"name": "NCCL_P2P_LEVEL", "value": "SYS", "reason": "r"}]
-    rc, out = playbook(site, "validate.yml", validate_checks=["nccl"], nccl_tuning_settings=wanted)
+    rc, out = run_playbook(site, "validate.yml", validate_checks=["nccl"], nccl_tuning_settings=wanted)
     assert rc != 0 and "wrong or missing: NCCL_P2P_LEVEL" in out
 
 
@@ -199,7 +157,7 @@ def test_nccl_init_check_on_one_gpu_confirms_what_one_rank_reports(site):
     )
     service = {**site["vars"]["inference_service_services"][0], "environment": str(env)}
     settings = [*site["vars"]["nccl_tuning_settings"], {"name": "NCCL_P2P_LEVEL", "value": "SYS", "reason": "r"}]
-    rc, out = playbook(
+    rc, out = run_playbook(
         site,
         "validate.yml",
         validate_checks=["nccl_init"],
@@ -223,7 +181,7 @@ def test_nccl_init_check_on_two_gpus_needs_nccl_to_report_every_setting(site):
         ],
     )
     service = {**site["vars"]["inference_service_services"][0], "environment": str(env)}
-    rc, out = playbook(site, "validate.yml", validate_checks=["nccl_init"], inference_service_services=[service])
+    rc, out = run_playbook(site, "validate.yml", validate_checks=["nccl_init"], inference_service_services=[service])
     assert rc != 0
     wrong = "NCCL_PROTO=LL (NCCL reported Simple), NCCL_ALGO=Ring (NCCL did not report it)"
     assert f"NCCL 2.28.9 on 2 GPU(s) did not take {wrong}" in out
