@@ -24,7 +24,6 @@ rank failed (its traceback is printed).
 from __future__ import annotations
 
 import argparse
-import ctypes
 import importlib.util
 import json
 import multiprocessing
@@ -35,6 +34,8 @@ import sys
 import time
 import traceback
 import warnings
+
+from nccl_environ import nccl_environment
 
 DEFAULT_SIZES = [8192, 16384, 32768, 65536]
 # Buffers one size may capture in a graph: a large message gets fewer steps.
@@ -70,21 +71,6 @@ def parse_args(argv):
         parser.error("--method graph needs GPUs (--backend nccl): a CPU has no CUDA graphs")
     args.method = args.method or ("graph" if args.backend == "nccl" else "eager")
     return args
-
-
-def nccl_environment():
-    """NCCL_* variables of this process as the C library has them (NCCL sets those of /etc/nccl.conf itself)."""
-    try:
-        environ = ctypes.POINTER(ctypes.c_char_p).in_dll(ctypes.CDLL(None), "environ")
-    except (OSError, ValueError):
-        return {k: v for k, v in sorted(os.environ.items()) if k.startswith("NCCL_")}
-    found, index = {}, 0
-    while environ[index]:
-        name, _, value = environ[index].decode(errors="replace").partition("=")
-        if name.startswith("NCCL_"):
-            found[name] = value
-        index += 1
-    return dict(sorted(found.items()))
 
 
 def free_port():

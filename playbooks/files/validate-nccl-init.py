@@ -10,7 +10,6 @@ NCCL's version and the NCCL_* variables of its process after NCCL's init. With o
 algorithm or protocol and so never reports NCCL_PROTO or NCCL_ALGO; the filter checks those two there.
 """
 
-import ctypes
 import json
 import os
 import sys
@@ -18,19 +17,7 @@ import sys
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-
-
-def nccl_environment():
-    """NCCL_* variables of this process as the C library has them: os.environ is a copy taken at start-up and
-    misses what NCCL itself set from /etc/nccl.conf (setenv) during its init."""
-    environ = ctypes.POINTER(ctypes.c_char_p).in_dll(ctypes.CDLL(None), "environ")
-    found, index = {}, 0
-    while environ[index]:
-        name, _, value = environ[index].decode(errors="replace").partition("=")
-        if name.startswith("NCCL_"):
-            found[name] = value
-        index += 1
-    return dict(sorted(found.items()))
+from nccl_environ import nccl_environment
 
 
 def nccl_version():

@@ -25,7 +25,8 @@ UV_CACHE = ROOT / ".cache" / "lab" / "uv-cache"
 # Run as the program's main module, with rank 1 adding 1 to the last element of every all-reduce of the second
 # size: the spawned ranks import this script again (spawn), so the wrapper is defined in each of them.
 WRONG_ON_RANK_ONE = """
-import importlib.util, sys
+import importlib.util, os, sys
+sys.path.insert(0, os.path.dirname({program!r}))  # the program's own folder, as when it is run by path
 spec = importlib.util.spec_from_file_location("allreduce_latency", {program!r})
 program = importlib.util.module_from_spec(spec)
 sys.modules[spec.name] = program
