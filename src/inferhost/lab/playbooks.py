@@ -20,27 +20,12 @@ def cold_fact_cache(name: str) -> Path:
     return cache
 
 
-def playbook(
-    path: Path,
-    *,
-    check: bool = False,
-    extravars: dict | None = None,
-    limit: str | None = None,
-    tags: str | None = None,
-    fact_cache: Path | None = None,
-):
-    """One ansible-playbook run; fact_cache: a directory of its own (a cold cache, as on another controller)."""
+def playbook(path: Path, *, fact_cache: Path | None = None, **options):
+    """One ansible-playbook run on the lab's inventory; options: run_playbook's (check, extravars, limit, tags);
+    fact_cache: a directory of its own (a cold cache, as on another controller)."""
     env = {"ANSIBLE_CACHE_PLUGIN_CONNECTION": str(fact_cache)} if fact_cache else None
     result = run_playbook(
-        path,
-        inventory=INVENTORY / "hosts.yml",
-        private_dir=STATE / "runner",
-        check=check,
-        extravars=extravars,
-        limit=limit,
-        tags=tags,
-        env=env,
-        project_dir=ROOT,
+        path, inventory=INVENTORY / "hosts.yml", private_dir=STATE / "runner", env=env, project_dir=ROOT, **options
     )
     if result.status != "successful":
         name = path.relative_to(ROOT).as_posix()

@@ -235,6 +235,21 @@ def load_parser_plugin(kind, path):
     PLUGINS[kind] = path
 
 
+class VllmParserManager:
+    """What vLLM's parser registries of both kinds (KIND: ``tool``, ``reasoning``) answer alike: the registered
+    names, and a plugin file to import (after which any name goes)."""
+
+    KIND = ""
+
+    @classmethod
+    def list_registered(cls):
+        return parser_names(cls.KIND)
+
+    @classmethod
+    def import_parser(cls, plugin_path):
+        load_parser_plugin(cls.KIND, plugin_path)
+
+
 def vllm_validate_parsed_serve_args(args):
     """vLLM's ``validate_parsed_serve_args``, less its chat template check."""
     if args.enable_auto_tool_choice and not args.tool_call_parser:

@@ -3,14 +3,12 @@
 import standin_engine
 
 
-class ReasoningParserManager:
-    @classmethod
-    def list_registered(cls):
-        return standin_engine.parser_names("reasoning")
+class ReasoningParserManager(standin_engine.VllmParserManager):
+    KIND = "reasoning"
 
     @classmethod
     def import_reasoning_parser(cls, plugin_path):
-        standin_engine.load_parser_plugin("reasoning", plugin_path)
+        cls.import_parser(plugin_path)
 
     @classmethod
     def get_reasoning_parser(cls, name):

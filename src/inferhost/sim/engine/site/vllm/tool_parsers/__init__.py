@@ -3,11 +3,9 @@
 import standin_engine
 
 
-class ToolParserManager:
-    @classmethod
-    def list_registered(cls):
-        return standin_engine.parser_names("tool")
+class ToolParserManager(standin_engine.VllmParserManager):
+    KIND = "tool"
 
     @classmethod
     def import_tool_parser(cls, plugin_path):
-        standin_engine.load_parser_plugin("tool", plugin_path)
+        cls.import_parser(plugin_path)
