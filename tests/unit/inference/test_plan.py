@@ -1,6 +1,7 @@
 """Plan-time checks: every known-bad case is refused with its message; every reference service passes."""
 
 import copy
+import re
 
 import pytest
 from inference import known_bad, modelconfig
@@ -62,111 +63,51 @@ def test_rules_are_complete_data():
 
 # --- the SM120 matrix: one case per rule, each asserting its message -------------------------------
 
-SM120_CASES = [
-    (
-        "kimi-k25",
-        {"args": {"attention-backend": "FLASHMLA"}},
-        "sm120-vllm-mla-backend",
-        "no kernels for SM120",
-        "TRITON_MLA",
-    ),
-    (
-        "kimi-k25",
-        {"args": {"attention-backend": "FLASHINFER_MLA"}},
-        "sm120-vllm-mla-backend",
-        "TRITON_MLA is the only MLA",
-        "TRITON_MLA",
-    ),
-    (
-        "kimi-k25",
-        {"env": {"VLLM_ATTENTION_BACKEND": "TRITON_MLA"}},
-        "vllm-attention-backend-env",
-        "deprecated and later ignored",
-        "attention-backend",
-    ),
-    ("qwen35", {"args": {"attention-backend": "fa3"}}, "sm120-sglang-fa3", "sm_90a only", "triton"),
-    (
-        "qwen35",
-        {"args": {"moe-runner-backend": "auto"}},
-        "sm120-sglang-nvfp4-moe-auto",
-        "produces NaN",
-        "moe-runner-backend: flashinfer_cutlass",
-    ),
-    (
-        "qwen35",
-        {"args": {"attention-backend": "flashinfer"}},
-        "sm120-sglang-flashinfer-linear-attention",
-        "Gated DeltaNet",
-        "attention-backend: triton",
-    ),
-    (
-        "qwen35",
-        {"args": {"enable-flashinfer-allreduce-fusion": True}},
-        "sm120-sglang-flashinfer-allreduce-fusion",
-        "SM90 and SM100 only",
-        "remove enable-flashinfer-allreduce-fusion",
-    ),
-    (
-        "qwen35",
-        {"args": {"enable-piecewise-cuda-graph": True}},
-        "sm120-sglang-piecewise-cuda-graph",
-        "known to fail on SM120",
-        "remove enable-piecewise-cuda-graph",
-    ),
-    ("qwen35", {"args": {"attention-backend": "flashmla"}}, "sm120-sglang-sm90-sm100-attention", "99 KB", "triton"),
-    (
-        "qwen35",
-        {"args": {"attention-backend": "trtllm_mha"}},
-        "sm120-sglang-sm90-sm100-attention",
-        "SM90/SM100 only",
-        "triton",
-    ),
-    (
-        "qwen35",
-        {"args": {"moe-runner-backend": "deep_gemm"}},
-        "sm120-sglang-deepgemm-moe",
-        "DeepGEMM has no SM120",
-        "flashinfer_cutlass",
-    ),
-    (
-        "qwen35",
-        {"env": {"SGLANG_ENABLE_JIT_DEEPGEMM": "1"}},
-        "sm120-sglang-jit-deepgemm",
-        "defaults to true",
-        'SGLANG_ENABLE_JIT_DEEPGEMM: "0"',
-    ),
-    (
-        "qwen35",
-        {"args": {"moe-runner-backend": "flashinfer_trtllm"}},
-        "sm120-sglang-sm100-fp4-moe",
-        "written for SM100",
-        "flashinfer_cutlass",
-    ),
-    (
-        "qwen35",
-        {"args": {"moe-runner-backend": "flashinfer_cutedsl"}},
-        "sm120-sglang-cutedsl-fp4-moe",
-        "runs on SM120 but its output is garbage",
-        "moe-runner-backend: flashinfer_cutlass",
-    ),
-    (
-        "qwen35",
-        {"args": {"fp4-gemm-backend": "flashinfer_trtllm"}},
-        "sm120-sglang-trtllm-fp4-gemm",
-        "SM100 only",
-        "flashinfer_cudnn",
-    ),
-    (
-        "qwen35",
-        {
-            "args": {"enable-pcie-oneshot-allreduce": True},
-            "env": {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"},
-        },
-        "sglang-oneshot-allreduce-expandable-segments",
-        "conflicts with PYTORCH_CUDA_ALLOC_CONF",
-        "expandable_segments",
-    ),
-]
+# One row a case (a line that starts with spaces goes on with the row above): the reference service; what the
+# case sets on it (args FLAG=VALUE, a FLAG alone is true; env NAME=VALUE; several joined by ", "); the rule that
+# must refuse it; words of its reason; words of its fix.
+SM120_TABLE = """
+kimi-k25 | args attention-backend=FLASHMLA | sm120-vllm-mla-backend | no kernels for SM120 | TRITON_MLA
+kimi-k25 | args attention-backend=FLASHINFER_MLA | sm120-vllm-mla-backend | TRITON_MLA is the only MLA | TRITON_MLA
+kimi-k25 | env VLLM_ATTENTION_BACKEND=TRITON_MLA | vllm-attention-backend-env | deprecated and later ignored
+    | attention-backend
+qwen35 | args attention-backend=fa3 | sm120-sglang-fa3 | sm_90a only | triton
+qwen35 | args moe-runner-backend=auto | sm120-sglang-nvfp4-moe-auto | produces NaN
+    | moe-runner-backend: flashinfer_cutlass
+qwen35 | args attention-backend=flashinfer | sm120-sglang-flashinfer-linear-attention | Gated DeltaNet
+    | attention-backend: triton
+qwen35 | args enable-flashinfer-allreduce-fusion | sm120-sglang-flashinfer-allreduce-fusion | SM90 and SM100 only
+    | remove enable-flashinfer-allreduce-fusion
+qwen35 | args enable-piecewise-cuda-graph | sm120-sglang-piecewise-cuda-graph | known to fail on SM120
+    | remove enable-piecewise-cuda-graph
+qwen35 | args attention-backend=flashmla | sm120-sglang-sm90-sm100-attention | 99 KB | triton
+qwen35 | args attention-backend=trtllm_mha | sm120-sglang-sm90-sm100-attention | SM90/SM100 only | triton
+qwen35 | args moe-runner-backend=deep_gemm | sm120-sglang-deepgemm-moe | DeepGEMM has no SM120 | flashinfer_cutlass
+qwen35 | env SGLANG_ENABLE_JIT_DEEPGEMM=1 | sm120-sglang-jit-deepgemm | defaults to true
+    | SGLANG_ENABLE_JIT_DEEPGEMM: "0"
+qwen35 | args moe-runner-backend=flashinfer_trtllm | sm120-sglang-sm100-fp4-moe | written for SM100 | flashinfer_cutlass
+qwen35 | args moe-runner-backend=flashinfer_cutedsl | sm120-sglang-cutedsl-fp4-moe
+    | runs on SM120 but its output is garbage | moe-runner-backend: flashinfer_cutlass
+qwen35 | args fp4-gemm-backend=flashinfer_trtllm | sm120-sglang-trtllm-fp4-gemm | SM100 only | flashinfer_cudnn
+qwen35 | args enable-pcie-oneshot-allreduce, env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+    | sglang-oneshot-allreduce-expandable-segments | conflicts with PYTORCH_CUDA_ALLOC_CONF | expandable_segments
+"""
+
+
+def sm120_cases(table):
+    """(service, changes for variant(), rule, reason words, fix words) for each row of the table."""
+    rows = re.sub(r"\n\s+", " ", table.strip()).splitlines()
+    for row in rows:
+        name, sets, rule, reason, fix = (cell.strip() for cell in row.split("|"))
+        changes = {}
+        for setting in sets.split(", "):
+            kind, assignment = setting.split(" ", 1)
+            key, equals, value = assignment.partition("=")
+            changes.setdefault(kind, {})[key] = value if equals else True
+        yield name, changes, rule, reason, fix
+
+
+SM120_CASES = list(sm120_cases(SM120_TABLE))
 
 
 @pytest.mark.parametrize("case", SM120_CASES, ids=[c[2] for c in SM120_CASES])
@@ -370,22 +311,6 @@ def test_the_engine_honours_an_upper_bound_of_any_rule():
     assert [r["id"] for r in check_known_bad(service, [both], engine_version="0.9")[0]] == ["r"]
 
 
-@pytest.mark.parametrize(
-    ("version", "bound", "after"),
-    [
-        ("0.5.10", "0.5.9", True),
-        ("0.6", "0.5.9", True),
-        ("0.5.9", "0.5.9", False),
-        ("0.5.9rc1", "0.5.9", False),
-        ("0.5.9.post2", "0.5.9", False),
-        ("0.5.8", "0.5.9", False),
-        ("1.0.0.dev3+gabc", "0.5.9", True),
-    ],
-)
-def test_version_after(version, bound, after):
-    assert version_after(version, bound) is after
-
-
 def test_cutedsl_refusal_says_what_the_deployment_saw(services):
     service = variant(services, "qwen35", args={"moe-runner-backend": "flashinfer_cutedsl"})
     found = refused(plan(service, REFERENCE["qwen35"]))
@@ -587,19 +512,30 @@ def test_checkpoint_edit_with_unknown_engine_version_is_applied_with_a_warning(s
     assert any("engine version unknown" in w for w in result["warnings"])
 
 
-@pytest.mark.parametrize(
-    ("version", "bound", "below"),
-    [
-        ("0.16.0", "0.17.0", True),
-        ("0.17.0", "0.17.0", False),
-        ("0.17.0rc1", "0.17.0", True),
-        ("0.17.1.dev5+g1234abc", "0.17.0", False),
-        ("0.17", "0.17.0", False),
-        ("1.0.0", "0.17.0", False),
-    ],
-)
-def test_version_comparison(version, bound, below):
-    assert version_below(version, bound) is below
+# VERSION < BOUND: an earlier release, or a pre-release of the bound; VERSION = BOUND: the bound, written shorter or
+# as a post-release; VERSION > BOUND: a later release (a dev build of one too).
+VERSION_ORDER = [
+    "0.5.10 > 0.5.9",
+    "0.6 > 0.5.9",
+    "0.5.9 = 0.5.9",
+    "0.5.9rc1 < 0.5.9",
+    "0.5.9.post2 = 0.5.9",
+    "0.5.8 < 0.5.9",
+    "1.0.0.dev3+gabc > 0.5.9",
+    "0.16.0 < 0.17.0",
+    "0.17.0 = 0.17.0",
+    "0.17.0rc1 < 0.17.0",
+    "0.17.1.dev5+g1234abc > 0.17.0",
+    "0.17 = 0.17.0",
+    "1.0.0 > 0.17.0",
+]
+
+
+@pytest.mark.parametrize("order", VERSION_ORDER)
+def test_version_comparison(order):
+    version, sign, bound = order.split()
+    assert version_below(version, bound) is (sign == "<")
+    assert version_after(version, bound) is (sign == ">")
 
 
 def test_unparsable_version_is_an_error():

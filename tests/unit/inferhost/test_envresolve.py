@@ -64,7 +64,14 @@ def indexes(tmp_path):
     return nightly, main
 
 
-def resolve(environment, env, tmp_path):
+def step(name, index, *packages, **keys):
+    """One step of python_env_environments: packages from the index at that URL (keys: no_deps, ...)."""
+    return {"name": name, "packages": list(packages), "index_url": index, **keys}
+
+
+def resolve(env, tmp_path, *steps, **keys):
+    """The verdict on an environment "engine" of Python 3.12 with these steps (keys: overrides, constraints, ...)."""
+    environment = {"name": "engine", "python": "3.12", "steps": list(steps), **keys}
     return envresolve.resolve_environment(environment, uv=str(UV), env=env, workdir=tmp_path)
 
 
@@ -135,12 +142,7 @@ def test_the_environment_files_hold_one_line_per_entry_as_the_role_writes_them(t
 
 def test_a_pin_the_index_no_longer_holds_fails_naming_environment_step_and_pin(tmp_path, env, indexes):
     _nightly, main = indexes
-    environment = {
-        "name": "engine",
-        "python": "3.12",
-        "steps": [{"name": "Torch nightly", "packages": ["torchlike==2.0.dev5+cu9"], "index_url": main}],
-    }
-    verdict = resolve(environment, env, tmp_path)
+    verdict = resolve(env, tmp_path, step("Torch nightly", main, "torchlike==2.0.dev5+cu9"))
     assert not verdict.ok
     assert verdict.failure.step == "Torch nightly"
     assert verdict.failure.failed_requirement == "torchlike==2.0.dev5+cu9"
@@ -151,16 +153,9 @@ def test_a_pin_the_index_no_longer_holds_fails_naming_environment_step_and_pin(t
 
 def test_a_later_step_keeps_what_an_earlier_step_installed_from_another_index(tmp_path, env, indexes):
     nightly, main = indexes
-    environment = {
-        "name": "engine",
-        "python": "3.12",
-        "steps": [
-            {"name": "Torch nightly", "packages": ["torchlike==2.0.dev5+cu9"], "index_url": nightly},
-            {"name": "Engine", "packages": ["enginelike==1.0"], "index_url": main},
-        ],
-        "overrides": ["torchlike==2.0.dev5+cu9"],
-    }
-    verdict = resolve(environment, env, tmp_path)
+    torch = step("Torch nightly", nightly, "torchlike==2.0.dev5+cu9")
+    engine = step("Engine", main, "enginelike==1.0")
+    verdict = resolve(env, tmp_path, torch, engine, overrides=["torchlike==2.0.dev5+cu9"])
     assert verdict.ok, verdict.summary()
     assert verdict.resolved == {"enginelike": "1.0", "helper": "1.1", "torchlike": "2.0.dev5+cu9"}
     assert verdict.steps[1].resolved["torchlike"] == "2.0.dev5+cu9"
@@ -171,51 +166,28 @@ def test_without_the_earlier_step_the_override_alone_cannot_be_found(tmp_path, e
     # The same second step on its own: the main index lacks the +cu9 build, so only the earlier step's result
     # (as the role's environment has it installed) lets it resolve.
     _nightly, main = indexes
-    environment = {
-        "name": "engine",
-        "python": "3.12",
-        "steps": [{"name": "Engine", "packages": ["enginelike==1.0"], "index_url": main}],
-        "overrides": ["torchlike==2.0.dev5+cu9"],
-    }
-    verdict = resolve(environment, env, tmp_path)
+    verdict = resolve(env, tmp_path, step("Engine", main, "enginelike==1.0"), overrides=["torchlike==2.0.dev5+cu9"])
     assert not verdict.ok
     assert verdict.failure.failed_requirement == "torchlike==2.0.dev5+cu9"
 
 
 def test_conflicting_pins_fail_naming_a_pin_of_the_conflict(tmp_path, env, indexes):
     _nightly, main = indexes
-    environment = {
-        "name": "engine",
-        "python": "3.12",
-        "steps": [{"name": "Engine", "packages": ["enginelike==1.0"], "index_url": main}],
-        "constraints": ["helper<1"],
-    }
-    verdict = resolve(environment, env, tmp_path)
+    verdict = resolve(env, tmp_path, step("Engine", main, "enginelike==1.0"), constraints=["helper<1"])
     assert not verdict.ok
     assert verdict.failure.failed_requirement in {"enginelike==1.0", "helper<1"}
 
 
 def test_a_no_deps_step_resolves_its_packages_only(tmp_path, env, indexes):
     _nightly, main = indexes
-    environment = {
-        "name": "engine",
-        "python": "3.12",
-        "steps": [{"name": "Engine alone", "packages": ["enginelike==1.0"], "index_url": main, "no_deps": True}],
-    }
-    verdict = resolve(environment, env, tmp_path)
+    verdict = resolve(env, tmp_path, step("Engine alone", main, "enginelike==1.0", no_deps=True))
     assert verdict.ok, verdict.summary()
     assert verdict.resolved == {"enginelike": "1.0"}
 
 
 def test_excluded_packages_are_left_out(tmp_path, env, indexes):
     _nightly, main = indexes
-    environment = {
-        "name": "engine",
-        "python": "3.12",
-        "steps": [{"name": "Engine", "packages": ["enginelike==1.0"], "index_url": main}],
-        "excludes": ["helper"],
-    }
-    verdict = resolve(environment, env, tmp_path)
+    verdict = resolve(env, tmp_path, step("Engine", main, "enginelike==1.0"), excludes=["helper"])
     assert verdict.ok, verdict.summary()
     assert set(verdict.resolved) == {"enginelike", "torchlike"}
 

@@ -324,38 +324,31 @@ def test_smoke_skips_what_the_command_line_does_not_promise():
     assert values["tool_call"] == {"checked": False} and values["metric"] == {"checked": False}
 
 
+def tool_call_message(arguments, name="get_weather"):
+    """A chat message whose tool_calls hold one call of name with these arguments (JSON text, or an object)."""
+    return {"tool_calls": [{"function": {"name": name, "arguments": arguments}}]}
+
+
 @pytest.mark.parametrize(
     ("message", "finish", "problem"),
     [
-        ({"tool_calls": [{"function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]}, "tool_calls", ""),
-        ({"tool_calls": [{"function": {"name": "get_weather", "arguments": {"city": "PARIS"}}}]}, "tool_calls", ""),
+        (tool_call_message('{"city": "Paris"}'), "tool_calls", ""),
+        (tool_call_message({"city": "PARIS"}), "tool_calls", ""),
         (
             {"content": '<tool_call>{"name": "get_weather"}</tool_call>', "tool_calls": []},
             "stop",
             "no tool call in message.tool_calls (finish_reason 'stop', content '<tool_call>{\"name\"",
         ),
         ({"tool_calls": None}, "length", "no tool call in message.tool_calls (finish_reason 'length', no content)"),
-        ({"tool_calls": [{"function": {"name": "get_time", "arguments": "{}"}}]}, "tool_calls", "'get_time', not"),
+        (tool_call_message("{}", name="get_time"), "tool_calls", "'get_time', not"),
+        (tool_call_message("{city: Paris"), "tool_calls", "the arguments are not JSON: '{city: Paris'"),
+        (tool_call_message('["Paris"]'), "tool_calls", "not a JSON object"),
         (
-            {"tool_calls": [{"function": {"name": "get_weather", "arguments": "{city: Paris"}}]},
-            "tool_calls",
-            "the arguments are not JSON: '{city: Paris'",
-        ),
-        (
-            {"tool_calls": [{"function": {"name": "get_weather", "arguments": '["Paris"]'}}]},
-            "tool_calls",
-            "not a JSON object",
-        ),
-        (
-            {"tool_calls": [{"function": {"name": "get_weather", "arguments": '{"city": "Lyon"}'}}]},
+            tool_call_message('{"city": "Lyon"}'),
             "tool_calls",
             'the arguments {"city": "Lyon"} do not name the city Paris',
         ),
-        (
-            {"tool_calls": [{"function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
-            "stop",
-            "finish_reason is 'stop', not 'tool_calls'",
-        ),
+        (tool_call_message('{"city": "Paris"}'), "stop", "finish_reason is 'stop', not 'tool_calls'"),
     ],
 )
 def test_smoke_judges_the_tool_call(message, finish, problem):
@@ -445,17 +438,30 @@ def test_smoke_reports_metric_values_as_a_person_reads_them():
 
 
 @pytest.fixture
-def standin_with_parsers(tmp_path):
-    port = free_port()
-    secret = tmp_path / "s.secret.env"
-    secret.write_text('INFERHOST_API_KEY="k3y"\n')
-    argv = [sys.executable, str(ENGINE_DIR / "openai_standin.py"), "serve", "/m/Served", "--port", str(port)]
+def standin(tmp_path):
+    """Starts the stand-in server: start(served name, key, flags..., secret=the secret file's text) -> its URL and
+    the secret file."""
+    procs = []
+
+    def start(served, key, *flags, secret=None):
+        port = free_port()
+        path = tmp_path / "s.secret.env"
+        path.write_text(secret or f'INFERHOST_API_KEY="{key}"\n')
+        argv = [sys.executable, str(ENGINE_DIR / "openai_standin.py"), "serve", f"/m/{served}", "--port", str(port)]
+        procs.append(subprocess.Popen([*argv, "--api-key", key, *flags], stdout=subprocess.DEVNULL))
+        wait_listening(port)
+        return f"http://127.0.0.1:{port}", path
+
+    yield start
+    for proc in procs:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture
+def standin_with_parsers(standin):
     parsers = ["--enable-auto-tool-choice", "--tool-call-parser", "hermes", "--reasoning-parser", "qwen3"]
-    proc = subprocess.Popen([*argv, "--api-key", "k3y", *parsers], stdout=subprocess.DEVNULL)
-    wait_listening(port)
-    yield f"http://127.0.0.1:{port}", secret
-    proc.kill()
-    proc.wait()
+    return standin("Served", "k3y", *parsers)
 
 
 def test_smoke_module_against_the_stand_in_in_check_mode_too(standin_with_parsers):
@@ -487,17 +493,9 @@ PROBE = load_module("inference_service_probe")
 
 
 @pytest.fixture
-def served(tmp_path):
-
-    port = free_port()
-    secret = tmp_path / "s.secret.env"
-    secret.write_text('# managed\nINFERHOST_API_KEY="k\\"ey"\n')
-    argv = [sys.executable, str(ENGINE_DIR / "openai_standin.py"), "serve", "/m/Probed", "--port", str(port)]
-    proc = subprocess.Popen([*argv, "--api-key", 'k"ey', "--load-delay", "1"], stdout=subprocess.DEVNULL)
-    wait_listening(port)
-    yield f"http://127.0.0.1:{port}", secret
-    proc.kill()
-    proc.wait()
+def served(standin):
+    # The key as the role writes it: after a comment, quoted, its quote escaped.
+    return standin("Probed", 'k"ey', "--load-delay", "1", secret='# managed\nINFERHOST_API_KEY="k\\"ey"\n')
 
 
 def test_probe_sees_loading_then_ready_with_the_key_from_the_secret_file(served):
