@@ -86,17 +86,26 @@ class GuestControl:
 
     # ------------------------------------------------------------ GPU entries
 
-    def vm_additions(self, config: dict, gpus: list[Gpu]) -> list[str]:
-        """hostpciN values to add for GPUs the VM config does not pass yet; Refused on bad existing entries."""
-        cfg = self.ctx.cfg
+    def vm_additions(self, config: dict, gpus: list[Gpu], mapped: dict | None = None) -> list[str]:
+        """hostpciN values to add for GPUs the VM config does not pass yet; Refused on bad existing entries.
+
+        mapped: {mapping id: the PCI ids its entries for this node pass}: an entry naming a mapping passes those.
+        A GPU that one of them maps is added by its mapping when the login is not root@pam, who alone may write
+        a raw address.
+        """
+        cfg, mapped = self.ctx.cfg, mapped or {}
         existing = []
         for key, value in config.items():
             if entries.HOSTPCI_KEY.match(key):
                 try:
-                    entries.parse_hostpci(str(value))
+                    parsed = entries.parse_hostpci(str(value))
                 except entries.EntryError as exc:
                     raise Refused(f"VM {cfg.vm_vmid} {key} is malformed: {exc}") from None
-                existing.append((key, str(value)))
+                if not parsed["mapping"]:
+                    existing.append((key, str(value)))
+                elif mapped.get(parsed["mapping"]):
+                    # What the mapping passes on this node, as a raw entry would name it, for the coverage below.
+                    existing.append((key, ";".join(mapped[parsed["mapping"]])))
         add = []
         for gpu in gpus:
             functions = [f.address for f in gpu.functions]
@@ -109,8 +118,12 @@ class GuestControl:
                     f"VM {cfg.vm_vmid} {partial[0]} passes only some functions of GPU {gpu.address}; "
                     f"all of {', '.join(functions)} must go together: fix or delete {partial[0]}"
                 )
+            mapping = next((mid for mid, ids in sorted(mapped.items()) if ids == [gpu.slot]), None)
             try:
-                add.append(entries.make_hostpci(gpu.slot, cfg.hostpci_options))
+                if mapping and not cfg.proxmox.is_root_pam:
+                    add.append(entries.make_hostpci(f"mapping={mapping}", cfg.hostpci_options))
+                else:
+                    add.append(entries.make_hostpci(gpu.slot, cfg.hostpci_options))
             except entries.EntryError as exc:
                 raise ConfigError(f"config {cfg.path}: vm.hostpci_options: {exc}") from None
         if add and "pcie=1" in cfg.hostpci_options.split(",") and "q35" not in str(config.get("machine", "")):
@@ -131,6 +144,27 @@ class GuestControl:
                     raise Refused(f"CT {self.ctx.cfg.container_vmid} {key} is malformed: {exc}") from None
         return paths
 
+    def vm_mapped(self, config: dict) -> dict[str, list[str]]:
+        """{mapping id: the PCI ids it passes on this node} for vm_additions. Entries naming a mapping count for
+        what it passes here (a failed listing stops the move); a login other than root@pam looks for mappings of
+        the GPUs it must add (none listed: it is refused as before). A root@pam login without mapped entries
+        asks nothing."""
+        mapped = any(entries.HOSTPCI_KEY.match(k) and "mapping=" in str(v) for k, v in config.items())
+        listed = []
+        if mapped:
+            listed = self.ctx.api.pci_mappings()
+        elif not self.ctx.cfg.proxmox.is_root_pam:
+            try:
+                listed = self.ctx.api.pci_mappings()
+            except ApiError:
+                listed = []
+        return entries.mapped_ids(listed, self.ctx.cfg.proxmox.node)
+
+    @staticmethod
+    def raw_additions(additions: list[str]) -> list[str]:
+        """The additions that name a PCI address (root@pam's alone), not a mapping."""
+        return [a for a in additions if not a.startswith("mapping=")]
+
     def root_pam_error(self, what: str) -> str:
         px = self.ctx.cfg.proxmox
         who = f"the API token {px.identity}" if px.token_name else f"the user {px.user}"
@@ -144,7 +178,7 @@ class GuestControl:
         config = api.config(guest.kind, guest.vmid)
         gpus = discover(ctx.cfg, ctx.sysfs)
         if guest.kind == "qemu":
-            add = self.vm_additions(config, gpus)
+            add = self.vm_additions(config, gpus, self.vm_mapped(config))
             keys = entries.free_keys(config, entries.HOSTPCI_KEY, "hostpci", entries.MAX_HOSTPCI, len(add))
         else:
             paths, missing = nvidia_device_paths(gpus, ctx.cfg.roots.proc, ctx.cfg.roots.dev)
@@ -159,7 +193,8 @@ class GuestControl:
             return
         values = dict(zip(keys, add, strict=True))
         what = ", ".join(f"{k}: {v}" for k, v in values.items())
-        if not ctx.cfg.proxmox.is_root_pam:
+        raw = add if guest.kind == "lxc" else self.raw_additions(add)
+        if raw and not ctx.cfg.proxmox.is_root_pam:
             raise StepFailed(self.root_pam_error(what))
         ctx.journal_update(config_added={"kind": guest.kind, "vmid": guest.vmid, "values": values})
         try:

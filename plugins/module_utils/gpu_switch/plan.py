@@ -264,11 +264,12 @@ class Planner:
         # device on a test machine) has none that gpu-switch knows, so the container's config is left alone.
         ct_nodes = target == "ct" and cfg.host_driver == "nvidia"
         if target == "vm":
-            additions = self.guests.vm_additions(receiver.config, gpus)
+            additions = self.guests.vm_additions(receiver.config, gpus, self.guests.vm_mapped(receiver.config))
+            raw = self.guests.raw_additions(additions)
         else:
-            additions = self._ct_predicted(receiver.config, gpus, moving) if ct_nodes else []
-        if additions and not cfg.proxmox.is_root_pam:
-            raise Refused(self.guests.root_pam_error(", ".join(additions)))
+            additions = raw = self._ct_predicted(receiver.config, gpus, moving) if ct_nodes else []
+        if raw and not cfg.proxmox.is_root_pam:
+            raise Refused(self.guests.root_pam_error(", ".join(raw)))
         # A container that gets rebound GPUs always has its entries checked again (the minors may change).
         needed = bool(additions) or (ct_nodes and moving)
         if receiver.status == "running" and (moving or needed):

@@ -35,6 +35,8 @@ class FakeApi:
         self.fail_start: dict[tuple, str] = {}  # (kind, vmid) -> the start task's error
         self.fail_set_config: dict[tuple, Exception] = {}
         self.down = False
+        # The cluster's PCI mappings as GET /cluster/mapping/pci lists them: [{'id', 'map': [entry strings]}].
+        self.mappings: list[dict] = []
 
     def _guest(self, kind, vmid):
         if self.down:
@@ -48,6 +50,11 @@ class FakeApi:
         guest = self._guest(kind, vmid)
         digest = hashlib.sha1(json.dumps(guest["config"], sort_keys=True).encode()).hexdigest()
         return dict(guest["config"], digest=digest)
+
+    def pci_mappings(self):
+        if self.down:
+            raise ApiError("Proxmox API at 127.0.0.1:8006 unreachable")
+        return [dict(m, map=list(m.get("map", []))) for m in self.mappings]
 
     def set_config(self, kind, vmid, values, delete=None, digest=None):
         self.calls.append(("set_config", kind, vmid, dict(values), list(delete or [])))

@@ -7,7 +7,7 @@ import os
 
 import pytest
 from gpu_switch import cli
-from gpu_switch.errors import EXIT_OK, EXIT_ROLLED_BACK, EXIT_STRANDED, ApiError
+from gpu_switch.errors import EXIT_OK, EXIT_ROLLED_BACK, EXIT_STRANDED, ApiError, Refused
 from gpu_switch.journal import HostLock
 from gpu_switch_rig import CT, NODES_OF_TWO_GPUS, VM
 
@@ -410,3 +410,42 @@ def test_text_output_lists_gpus_guests_and_steps(rig):
     assert code == EXIT_OK
     assert "owner: ct" in text and "gpu 0000:01:00.0  iommu group 1  numa 0" in text
     assert "container 101: running" in text and "planned" in text and "dry run: nothing was changed" in text
+
+
+def _mapping(mid, slot, node="pve1"):
+    return {"id": mid, "map": [f"node={node},path={slot},id=10de:2bb5,subsystem-id=10de:204b,iommugroup=1"]}
+
+
+def test_an_entry_naming_a_mapping_of_the_gpu_is_kept_and_no_raw_one_added(rig):
+    rig.api.mappings = [_mapping("gpu-a", "0000:01:00"), _mapping("gpu-b", "0000:02:00", node="pve2")]
+    rig.api.guests[("qemu", VM)]["config"]["hostpci0"] = "mapping=gpu-a,pcie=1"
+    assert rig.switcher().move("vm").exit_code == EXIT_OK
+    config = rig.api.guests[("qemu", VM)]["config"]
+    # gpu-b maps the second GPU on another node only: this node's VM gets it raw (root@pam).
+    assert config["hostpci0"] == "mapping=gpu-a,pcie=1" and config["hostpci1"] == "0000:02:00,pcie=1"
+    assert "hostpci2" not in config
+
+
+def test_a_token_adds_the_gpus_by_their_mappings(make_rig):
+    rig = make_rig(proxmox={"node": "pve1", "password_file": "/dev/null", "token_name": "gpus", "user": "gs@pve"})
+    rig.api.mappings = [_mapping("gpu-a", "0000:01:00"), _mapping("gpu-b", "0000:02:00")]
+    assert rig.switcher().move("vm").exit_code == EXIT_OK
+    config = rig.api.guests[("qemu", VM)]["config"]
+    assert (config["hostpci0"], config["hostpci1"]) == ("mapping=gpu-a,pcie=1", "mapping=gpu-b,pcie=1")
+    # Back to the container and to the VM again: the mapped entries pass the GPUs, nothing is added twice.
+    assert rig.switcher().move("ct").exit_code == EXIT_OK
+    assert rig.switcher().move("vm").exit_code == EXIT_OK
+    assert sorted(k for k in rig.api.guests[("qemu", VM)]["config"] if k.startswith("hostpci")) == [
+        "hostpci0",
+        "hostpci1",
+    ]
+
+
+def test_a_token_without_a_mapping_of_the_gpu_is_refused_before_any_change(make_rig):
+    rig = make_rig(proxmox={"node": "pve1", "password_file": "/dev/null", "token_name": "gpus", "user": "gs@pve"})
+    rig.api.mappings = [_mapping("gpu-a", "0000:01:00")]
+    with pytest.raises(Refused) as refused:
+        rig.switcher().move("vm")
+    assert "(0000:02:00,pcie=1)" in str(refused.value) and "root@pam" in str(refused.value)
+    assert "mapping=gpu-a" not in str(refused.value), "the GPU with a mapping is not what is refused"
+    assert rig.kernel.writes == []
