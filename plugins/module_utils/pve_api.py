@@ -51,6 +51,30 @@ def label(kind: str, vmid: int) -> str:
     return f"{KINDS[kind]} {vmid}"
 
 
+def quorum(rows: list[dict], node: str | None = None) -> tuple[bool, str]:
+    """Whether /cluster/status (rows) shows a quorate cluster with node online, and in words what it shows.
+
+    A node outside any cluster has no row of type cluster and counts as quorate: it needs nobody's vote.
+    """
+    cluster = next((r for r in rows if r.get("type") == "cluster"), None)
+    nodes = [r for r in rows if r.get("type") == "node"]
+    online = sorted(str(r.get("name")) for r in nodes if str(r.get("online", "1")) in ("1", "True", "true"))
+    offline = sorted(str(r.get("name")) for r in nodes if str(r.get("name")) not in online)
+    mine = next((r for r in nodes if r.get("name") == node), None) if node else None
+    if node and mine is None and nodes:
+        return False, f"node {node} is not in the cluster's status (nodes: {', '.join(sorted(online + offline))})"
+    if mine is not None and str(mine.get("name")) in offline:
+        return False, f"node {node} is offline in the cluster's status"
+    if cluster is None:
+        return True, "a single node outside any cluster (quorate by itself)"
+    quorate = str(cluster.get("quorate", "0")) in ("1", "True", "true")
+    detail = (
+        f"cluster {cluster.get('name', '?')} {'quorate' if quorate else 'NOT quorate'}: "
+        f"{len(online)} of {len(nodes)} nodes online" + (f" (offline: {', '.join(offline)})" if offline else "")
+    )
+    return quorate, detail
+
+
 class ApiError(Exception):
     """The API refused a request or could not be reached. reason: what failed and why; status: the HTTP status
     of a refusal; text (set by the client): PVE's or the network's own words, without what was being done."""
@@ -265,6 +289,10 @@ class Client:
     def api(self):
         return self.log_in()
 
+    def forget_login(self) -> None:
+        """Log in again on the next call (after the API went away, as during the node's reboot)."""
+        self._api = None
+
     def _failure(self, reason: str, status: int | None = None, text: str | None = None) -> ApiError:
         error = self.api_error(reason, status)
         error.text = reason if text is None else text
@@ -351,6 +379,10 @@ class Client:
             self.api.storage(storage).put(**data)
         except Exception as exc:  # noqa: BLE001
             raise self._error(f"allow snippets on storage {storage}", exc) from None
+
+    def cluster_status(self) -> list[dict]:
+        """GET /cluster/status: one row of type cluster (absent on a node outside any cluster), one per node."""
+        return list(self._retry("read the cluster's status", self.api.cluster.status.get) or [])
 
     def pci_mappings(self) -> list[dict]:
         """The cluster's PCI resource mappings the login may see: [{'id', 'map': [entry strings], ...}]."""
