@@ -8,42 +8,64 @@ from gpu_switch import entries
 from gpu_switch.entries import EntryError, canonical_dev, canonical_hostpci, parse_hostpci
 from pve_guest_gpu_config import config_text, covers, dev_value, hostpci_value, plan
 
-# --- devN ---------------------------------------------------------------------------------------------
+# --- both kinds: one spelling, and the reason a malformed entry is refused --------------------------------
+
+# devN and hostpciN entries in the spellings PVE accepts, and the one spelling they compare in.
+SPELLINGS = [
+    ("dev", "/dev/nvidia0", "/dev/nvidia0"),
+    ("dev", "path=/dev/nvidia0", "/dev/nvidia0"),
+    ("dev", "path=/dev/nvidia0,deny-write=0", "/dev/nvidia0"),
+    ("dev", "/dev/nvidia-uvm,mode=0666,gid=044", "/dev/nvidia-uvm,gid=44,mode=0666"),
+    ("dev", "/dev/nvidia0,deny-write=yes", "/dev/nvidia0,deny-write=1"),
+    ("dev", "/dev/nvidia-caps/nvidia-cap1,deny-write=1,uid=0", "/dev/nvidia-caps/nvidia-cap1,deny-write=1,uid=0"),
+    ("hostpci", "0000:01:00,pcie=1", "0000:01:00,pcie=1"),
+    ("hostpci", "01:00,pcie=on", "0000:01:00,pcie=1"),
+    ("hostpci", "host=0000:01:00.0;0000:01:00.1,pcie=1,x-vga=0", "0000:01:00.0;0000:01:00.1,pcie=1,x-vga=0"),
+    ("hostpci", "0000:C1:00,rombar=0,pcie=1", "0000:c1:00,pcie=1,rombar=0"),
+    ("hostpci", "mapping=gpu0,pcie=1", "mapping=gpu0,pcie=1"),
+    ("hostpci", "0000:01:00,device-id=0x2BB5,driver=keep", "0000:01:00,device-id=0x2bb5,driver=keep"),
+]
+# Malformed entries and words of the reason each is refused with.
+MALFORMED = [
+    ("dev", "nvidia0", "is not a device path under /dev/"),
+    ("dev", "/dev/../etc/shadow", "is not a device path under /dev/"),
+    ("dev", "/dev/nvidia0,mode=999", "is not an octal mode"),
+    ("dev", "/dev/nvidia0,mode=666", "is not an octal mode"),
+    ("dev", "/dev/nvidia0,uid=root", "is not a non-negative integer"),
+    ("dev", "/dev/nvidia0,deny-write=perhaps", "is not a boolean"),
+    ("dev", "/dev/nvidia0,rw=1", "unknown option 'rw'"),
+    ("dev", "/dev/nvidia0,path=/dev/nvidia1", "path given twice"),
+    ("dev", "/dev/nvidia0,,mode=0666", "empty property"),
+    ("dev", "/dev/nvidia0,mode=0666,mode=0644", "mode given twice"),
+    ("hostpci", "0000:1:00,pcie=1", "is not a PCI address"),
+    ("hostpci", "0000:01:00.9", "is not a PCI address"),
+    ("hostpci", "10de:2bb5", "is not a PCI address"),
+    ("hostpci", "0000:01:00,pcie=maybe", "is not a boolean"),
+    ("hostpci", "0000:01:00,driver=nvidia", "must be one of vfio, keep"),
+    ("hostpci", "0000:01:00,vga=1", "unknown option 'vga'"),
+    ("hostpci", "0000:01:00,romfile=../../etc/passwd", "is not a file name"),
+    ("hostpci", "pcie=1", "needs exactly one of host= or mapping="),
+    ("hostpci", "0000:01:00,mapping=gpu0", "needs exactly one of host= or mapping="),
+    ("hostpci", "0000:01:00;0000:01:00", "names a device twice"),
+    ("hostpci", "0000:01:00,device-id=xyz", "is not a hexadecimal id"),
+    ("hostpci", "0000:01:00,device-id=2bb5", "is not a hexadecimal id"),
+]
+CANONICAL = {"dev": canonical_dev, "hostpci": canonical_hostpci}
+PARSE = {"dev": canonical_dev, "hostpci": parse_hostpci}
 
 
-@pytest.mark.parametrize(
-    ("value", "canonical"),
-    [
-        ("/dev/nvidia0", "/dev/nvidia0"),
-        ("path=/dev/nvidia0", "/dev/nvidia0"),
-        ("path=/dev/nvidia0,deny-write=0", "/dev/nvidia0"),
-        ("/dev/nvidia-uvm,mode=0666,gid=044", "/dev/nvidia-uvm,gid=44,mode=0666"),
-        ("/dev/nvidia0,deny-write=yes", "/dev/nvidia0,deny-write=1"),
-        ("/dev/nvidia-caps/nvidia-cap1,deny-write=1,uid=0", "/dev/nvidia-caps/nvidia-cap1,deny-write=1,uid=0"),
-    ],
-)
-def test_dev_entries_compare_in_one_spelling(value, canonical):
-    assert canonical_dev(value) == canonical
+@pytest.mark.parametrize(("kind", "value", "canonical"), SPELLINGS)
+def test_entries_compare_in_one_spelling(kind, value, canonical):
+    assert CANONICAL[kind](value) == canonical
 
 
-@pytest.mark.parametrize(
-    ("value", "why"),
-    [
-        ("nvidia0", "is not a device path under /dev/"),
-        ("/dev/../etc/shadow", "is not a device path under /dev/"),
-        ("/dev/nvidia0,mode=999", "is not an octal mode"),
-        ("/dev/nvidia0,mode=666", "is not an octal mode"),
-        ("/dev/nvidia0,uid=root", "is not a non-negative integer"),
-        ("/dev/nvidia0,deny-write=perhaps", "is not a boolean"),
-        ("/dev/nvidia0,rw=1", "unknown option 'rw'"),
-        ("/dev/nvidia0,path=/dev/nvidia1", "path given twice"),
-        ("/dev/nvidia0,,mode=0666", "empty property"),
-        ("/dev/nvidia0,mode=0666,mode=0644", "mode given twice"),
-    ],
-)
-def test_malformed_dev_entries_are_refused_with_the_reason(value, why):
+@pytest.mark.parametrize(("kind", "value", "why"), MALFORMED)
+def test_malformed_entries_are_refused_with_the_reason(kind, value, why):
     with pytest.raises(EntryError, match=re.escape(why)):
-        canonical_dev(value)
+        PARSE[kind](value)
+
+
+# --- devN ---------------------------------------------------------------------------------------------
 
 
 def test_the_module_validates_with_gpu_switchs_parser():
@@ -63,43 +85,6 @@ def test_dev_value_from_the_role_data():
 
 
 # --- hostpciN -----------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("value", "canonical"),
-    [
-        ("0000:01:00,pcie=1", "0000:01:00,pcie=1"),
-        ("01:00,pcie=on", "0000:01:00,pcie=1"),
-        ("host=0000:01:00.0;0000:01:00.1,pcie=1,x-vga=0", "0000:01:00.0;0000:01:00.1,pcie=1,x-vga=0"),
-        ("0000:C1:00,rombar=0,pcie=1", "0000:c1:00,pcie=1,rombar=0"),
-        ("mapping=gpu0,pcie=1", "mapping=gpu0,pcie=1"),
-        ("0000:01:00,device-id=0x2BB5,driver=keep", "0000:01:00,device-id=0x2bb5,driver=keep"),
-    ],
-)
-def test_hostpci_entries_compare_in_one_spelling(value, canonical):
-    assert canonical_hostpci(value) == canonical
-
-
-@pytest.mark.parametrize(
-    ("value", "why"),
-    [
-        ("0000:1:00,pcie=1", "is not a PCI address"),
-        ("0000:01:00.9", "is not a PCI address"),
-        ("10de:2bb5", "is not a PCI address"),
-        ("0000:01:00,pcie=maybe", "is not a boolean"),
-        ("0000:01:00,driver=nvidia", "must be one of vfio, keep"),
-        ("0000:01:00,vga=1", "unknown option 'vga'"),
-        ("0000:01:00,romfile=../../etc/passwd", "is not a file name"),
-        ("pcie=1", "needs exactly one of host= or mapping="),
-        ("0000:01:00,mapping=gpu0", "needs exactly one of host= or mapping="),
-        ("0000:01:00;0000:01:00", "names a device twice"),
-        ("0000:01:00,device-id=xyz", "is not a hexadecimal id"),
-        ("0000:01:00,device-id=2bb5", "is not a hexadecimal id"),
-    ],
-)
-def test_malformed_hostpci_entries_are_refused_with_the_reason(value, why):
-    with pytest.raises(EntryError, match=re.escape(why)):
-        parse_hostpci(value)
 
 
 def test_hostpci_value_from_the_role_data_defaults_to_all_functions_as_pcie():
