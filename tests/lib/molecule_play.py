@@ -1,11 +1,13 @@
 """Playbook runs from a molecule scenario's verify step, on its converged instances, as the converge reached
-them (molecule's inventory, over SSH)."""
+them (molecule's inventory, over SSH); the fixtures of a journey of such runs (a scenario's tests/conftest.py
+imports them)."""
 
 import os
 import re
 import subprocess
 from pathlib import Path
 
+import pytest
 import testinfra
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,3 +55,16 @@ def journey(request, playbook: Path, steps: list[tuple[str, list[str]]], state) 
         changed = play(playbook, hosts, *extra)
         seen[step] = {h: {"changed": changed[h], **state(m)} for h, m in machines.items()}
     return seen
+
+
+@pytest.fixture(scope="module")
+def journey_states(request):
+    """journey() over the test module's JOURNEY (playbook, steps, state), run once for the module."""
+    playbook, steps, state = request.module.JOURNEY
+    return journey(request, playbook, steps, state)
+
+
+@pytest.fixture
+def at(journey_states, host):
+    """The journey as the instance under test saw it: {step: {"changed": n, **state}}."""
+    return {step: states[host.backend.host] for step, states in journey_states.items()}

@@ -10,8 +10,7 @@ run that change nothing. It runs after test_guest_env.py (file order).
 import re
 from pathlib import Path
 
-import pytest
-from molecule_play import installed, journey
+from molecule_play import installed
 
 SCENARIO = Path(__file__).resolve().parents[1]
 OLD, NEW = "590.48.01", "595.45.04"
@@ -29,14 +28,8 @@ def _state(host):
     return {"packages": installed(host, "nvidia-*", "libnvidia-*"), "smi": smi.group(1)}
 
 
-@pytest.fixture(scope="module")
-def steps(request):
-    return journey(request, SCENARIO / "driver_change.yml", STEPS, _state)
-
-
-@pytest.fixture
-def at(steps, host):
-    return {step: states[host.backend.host] for step, states in steps.items()}
+# The journey the at fixture reports (molecule_play, through tests/conftest.py): a run of the playbook per step.
+JOURNEY = (SCENARIO / "driver_change.yml", STEPS, _state)
 
 
 def _on_driver(state, host, version):

@@ -10,8 +10,7 @@ run and a --check run that change nothing. It runs after the other verify module
 import re
 from pathlib import Path
 
-import pytest
-from molecule_play import installed, journey
+from molecule_play import installed
 
 SCENARIO = Path(__file__).resolve().parents[1]
 OLD, NEW = "590.48.01", "595.45.04"
@@ -41,14 +40,8 @@ def _state(host):
     }
 
 
-@pytest.fixture(scope="module")
-def steps(request):
-    return journey(request, SCENARIO / "converge.yml", STEPS, _state)
-
-
-@pytest.fixture
-def at(steps, host):
-    return {step: states[host.backend.host] for step, states in steps.items()}
+# The journey the at fixture reports (molecule_play, through tests/conftest.py): a run of the playbook per step.
+JOURNEY = (SCENARIO / "converge.yml", STEPS, _state)
 
 
 def _pinned_to(state, version):
