@@ -12,16 +12,12 @@
 #   override   the stack, with NCCL_PROTO=Simple set by the user (the user's value must win)
 # then removes everything the role placed (nccl_tuning_install=false).
 set -euo pipefail
-out=${1:?usage: $0 OUTDIR}
-mkdir -p "$out"
-cd "$(dirname "$0")/../.."
-export ANSIBLE_CONFIG=$PWD/ansible.cfg ANSIBLE_LOCAL_TEMP=/tmp/ansible-local ANSIBLE_NOCOLOR=1
-py=$(command -v python3)
-venv=$("$py" -c 'import sys; print(sys.prefix)')
+# shellcheck source=tests/gpu/common.sh
+. "$(dirname "$0")/common.sh"
+venv=$env_root
 [ "$venv" != "$("$py" -c 'import sys; print(sys.base_prefix)')" ] || { echo "python3 is not in a venv" >&2; exit 2; }
 [ -z "${NCCL_PROTO:-}${NCCL_ALGO:-}${NCCL_P2P_LEVEL:-}" ] || { echo "unset NCCL_PROTO/ALGO/P2P_LEVEL first" >&2; exit 2; }
 
-apply() { ansible-playbook -i localhost, -e ansible_python_interpreter="$py" tests/gpu/apply_nccl_tuning.yml "$@" >>"$out/ansible.log" 2>&1; }
 bench() {
   local label=$1; shift
   echo "== $label"
@@ -33,12 +29,12 @@ bench() {
   grep -hoE "NCCL_(PROTO|ALGO|P2P_LEVEL) set by environment to [A-Za-z]+" "$out/$label.log" | sort | uniq -c || true
 }
 
-apply -e nccl_tuning_install=false -e nccl_proof_env="$venv"
+apply_nccl -e nccl_tuning_install=false -e nccl_proof_env="$venv"
 bench baseline
-apply -e nccl_proof_env=
+apply_nccl -e nccl_proof_env=
 echo "-- /etc/nccl.conf:"; grep -v '^#' /etc/nccl.conf | grep .
 bench conf-file
-apply -e nccl_proof_env="$venv"
+apply_nccl -e nccl_proof_env="$venv"
 echo "-- hook: $(ls "$("$py" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')"/*nccl*.pth)"
 bench stack
 echo "== validate.yml (driver, devices, cuda, nccl) in the environment $venv"
@@ -48,7 +44,7 @@ ansible-playbook -i localhost, -c local -e ansible_python_interpreter="$py" -e v
   || { tail -n 60 "$out/validate.log"; echo "validate.yml failed"; }
 grep -E '"msg"|^localhost|failed=' "$out/validate.log" || true
 bench override NCCL_PROTO=Simple
-apply -e nccl_proof_env="$venv" >/dev/null
-echo "-- second apply: $(grep -oE 'changed=[0-9]+' "$out/ansible.log" | tail -n1)"
-apply -e nccl_tuning_install=false -e nccl_proof_env="$venv"
+apply_nccl -e nccl_proof_env="$venv" >/dev/null
+echo "-- second apply: $(grep -oE 'changed=[0-9]+' "$out/nccl-apply.log" | tail -n1)"
+apply_nccl -e nccl_tuning_install=false -e nccl_proof_env="$venv"
 test ! -e /etc/nccl.conf && echo "-- removed: /etc/nccl.conf and the hook"

@@ -9,21 +9,12 @@
 # writes are removed again at the end. Variables named in KEEP_ENV (for example NCCL_NVLS_ENABLE) are
 # passed on to the NCCL probe, which otherwise runs with an empty environment.
 set -euo pipefail
-out=${1:?usage: $0 OUTDIR}
-mkdir -p "$out"
-cd "$(dirname "$0")/../.."
-export ANSIBLE_CONFIG=$PWD/ansible.cfg ANSIBLE_LOCAL_TEMP=/tmp/ansible-local ANSIBLE_NOCOLOR=1
-py=$(command -v python3)
-env_root=$("$py" -c 'import sys; print(sys.prefix)')
+# shellcheck source=tests/gpu/common.sh
+. "$(dirname "$0")/common.sh"
 work=$(mktemp -d /tmp/inferhost-validate.XXXXXX)
 checks=${VALIDATE_CHECKS:-driver,devices,cuda,nccl,nccl_init,smoke}
 port=${STANDIN_PORT:-18000}
 key=validate-$RANDOM$RANDOM
-
-apply_nccl() {
-  ansible-playbook -i localhost, -c local -e ansible_python_interpreter="$py" -e nccl_proof_env="$env_root" \
-    tests/gpu/apply_nccl_tuning.yml "$@" >>"$out/nccl-apply.log" 2>&1
-}
 
 # A checkpoint directory with a config.json (the plan module reads it) and the unit's secret file.
 mkdir -p "$work/models/Standin-H200" "$work/secrets"
@@ -34,9 +25,9 @@ printf 'INFERHOST_API_KEY="%s"\n' "$key" >"$work/secrets/standin.secret.env"
 "$py" src/inferhost/sim/engine/openai_standin.py serve "$work/models/Standin-H200" --port "$port" --api-key "$key" \
   --load-delay 1 >"$out/standin.log" 2>&1 &
 standin=$!
-trap 'kill $standin 2>/dev/null; apply_nccl -e nccl_tuning_install=false || true; rm -rf "$work"' EXIT
+trap 'kill $standin 2>/dev/null; apply_nccl -e nccl_proof_env="$env_root" -e nccl_tuning_install=false || true; rm -rf "$work"' EXIT
 
-apply_nccl
+apply_nccl -e nccl_proof_env="$env_root"
 "$py" - "$work/vars.json" "$env_root" "$work" "$port" "$checks" <<'PY'
 import json, os, sys
 import yaml
