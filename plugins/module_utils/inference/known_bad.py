@@ -23,17 +23,22 @@ each rule names its source.
 
 from __future__ import annotations
 
+# The flags that choose an attention backend (a condition adds its values): vLLM's, and SGLang's for every part of
+# the work (prefill, decode, the speculative draft).
+VLLM_ATTENTION_BACKEND = {"flag": "attention-backend", "also": ["attention-config.backend"]}
+SGLANG_ATTENTION_BACKEND = {
+    "flag": "attention-backend",
+    "overridden_by": ["prefill-attention-backend", "decode-attention-backend"],
+    "also": ["speculative-draft-attention-backend"],
+}
+
 RULES = (
     {
         "id": "sm120-vllm-mla-backend",
         "engine": "vllm",
         "compute_capability": ["12.0"],
         "when": [
-            {
-                "flag": "attention-backend",
-                "also": ["attention-config.backend"],
-                "in": ["FLASH_ATTN_MLA", "FLASHMLA", "FLASHINFER_MLA", "CUTLASS_MLA"],
-            },
+            {**VLLM_ATTENTION_BACKEND, "in": ["FLASH_ATTN_MLA", "FLASHMLA", "FLASHINFER_MLA", "CUTLASS_MLA"]},
         ],
         "reason": (
             "this MLA attention backend has no kernels for SM120 and fails at load; TRITON_MLA is the only MLA backend "
@@ -64,11 +69,7 @@ RULES = (
         "compute_capability": ["12.0"],
         "engine_version_below": "0.17.0",
         "when": [
-            {
-                "flag": "attention-backend",
-                "also": ["attention-config.backend"],
-                "in": ["TRITON_MLA"],
-            },
+            {**VLLM_ATTENTION_BACKEND, "in": ["TRITON_MLA"]},
             {
                 "flag": "kv-cache-dtype",
                 "prefix": "fp8",
@@ -83,12 +84,7 @@ RULES = (
         "engine": "sglang",
         "compute_capability": ["12.0"],
         "when": [
-            {
-                "flag": "attention-backend",
-                "overridden_by": ["prefill-attention-backend", "decode-attention-backend"],
-                "also": ["speculative-draft-attention-backend"],
-                "in": ["fa3"],
-            },
+            {**SGLANG_ATTENTION_BACKEND, "in": ["fa3"]},
         ],
         "reason": (
             'the FA3 kernels of sgl-kernel are built for sm_90a only: "no kernel image is available" on Blackwell'
@@ -101,12 +97,7 @@ RULES = (
         "engine": "sglang",
         "compute_capability": ["12.0"],
         "when": [
-            {
-                "flag": "attention-backend",
-                "overridden_by": ["prefill-attention-backend", "decode-attention-backend"],
-                "also": ["speculative-draft-attention-backend"],
-                "in": ["flashmla", "cutlass_mla", "trtllm_mla", "trtllm_mha", "fa4"],
-            },
+            {**SGLANG_ATTENTION_BACKEND, "in": ["flashmla", "cutlass_mla", "trtllm_mla", "trtllm_mha", "fa4"]},
         ],
         "reason": (
             "this attention backend has kernels for SM90/SM100 only (FlashMLA is built for sm_90a/sm_100a; SM100 "
