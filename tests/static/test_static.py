@@ -259,3 +259,23 @@ def test_every_switch_of_a_role_is_a_verb_phrase():
                 if option.get("type") == "bool" and not switch_is_a_verb_phrase(role, name):
                     offenders.append(f"{role} ({entry}): {name}")
     assert not offenders, f"switches that are no verb phrase (a verb from SWITCH_VERBS after the prefix): {offenders}"
+
+
+def test_a_pci_function_is_named_by_its_address():
+    """docs/layout.md, "Names": the project calls a PCI function's domain:bus:slot.function its address, in code,
+    data and docs; a second word for it (b-d-f, in any case, alone or inside an identifier) is refused."""
+    word = re.compile(r"(?<![A-Za-z0-9])" + "b" + "df" + r"(?![A-Za-z0-9])", re.IGNORECASE)
+    files = subprocess.run(
+        ["git", "ls-files", "plugins", "roles", "playbooks", "src", "bin", "docs", "tests", "inventory", "README.md"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    offenders = []
+    for name in files:
+        path = ROOT / name
+        if path.is_file():
+            offenders += [f"{name}:{n}" for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1)
+                          if word.search(line)]  # fmt: skip
+    assert not offenders, offenders

@@ -37,7 +37,7 @@ DEFAULT_PATH = "/etc/gpu-switch/config.yml"
 # The journal must survive a reboot, so it does not live in /run (a tmpfs) unless the run root was moved.
 DEFAULT_STATE = "/var/lib/gpu-switch"
 # A full PCI address, domain:bus:slot.function; a short bus:slot.function gets domain 0000.
-BDF = re.compile(r"^(?:([0-9a-f]{4}):)?([0-9a-f]{2}):([0-1][0-9a-f])\.([0-7])$")
+PCI_ADDRESS = re.compile(r"^(?:([0-9a-f]{4}):)?([0-9a-f]{2}):([0-1][0-9a-f])\.([0-7])$")
 HEX_ID = re.compile(r"^0x[0-9a-f]{4}$")
 HEX_CLASS = re.compile(r"^0x[0-9a-f]{2,6}$")
 DRIVER = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -47,9 +47,9 @@ UNIT = re.compile(r"^[A-Za-z0-9@_.:-]+\.service$")
 HOSTPCI_OPTION = re.compile(r"^(pcie|rombar|x-vga)=[01]$|^(romfile)=[A-Za-z0-9._-]+$|^(driver)=(vfio|keep)$")
 
 
-def normalise_bdf(text: str) -> str | None:
+def normalise_address(text: str) -> str | None:
     """The canonical spelling (0000:01:00.0) of a PCI address, or None if it is not one."""
-    m = BDF.match(str(text).strip().lower())
+    m = PCI_ADDRESS.match(str(text).strip().lower())
     if not m:
         return None
     return f"{m.group(1) or '0000'}:{m.group(2)}:{m.group(3)}.{m.group(4)}"
@@ -96,12 +96,12 @@ def _addresses(value, fail) -> tuple[str, ...]:
         fail("must be a non-empty list of PCI addresses")
     gpus: list[str] = []
     for n, item in enumerate(value):
-        bdf = normalise_bdf(item) if isinstance(item, str) else None
-        if bdf is None:
+        address = normalise_address(item) if isinstance(item, str) else None
+        if address is None:
             fail(f"{item!r} is not a PCI address (DDDD:BB:SS.F)", f"[{n}]")
-        if bdf in gpus:
-            fail(f"{bdf} is listed twice", f"[{n}]")
-        gpus.append(bdf)
+        if address in gpus:
+            fail(f"{address} is listed twice", f"[{n}]")
+        gpus.append(address)
     return tuple(gpus)
 
 

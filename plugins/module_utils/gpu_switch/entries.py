@@ -5,7 +5,7 @@ entry we write, and every existing entry we rely on, is parsed and validated her
 the two formats, stricter only where PVE would fail at start anyway. Parsing also brings a value to one
 canonical spelling (``canonical_dev``, ``canonical_hostpci``), so that the API's spelling of an entry compares
 equal to ours. gpu-switch uses this module, and so does the ``pve_guest_gpu_config`` Ansible module (through
-``pve_guest_config``): one grammar for both. It imports nothing from outside this package, which is
+``pve_guest_gpu_config``): one grammar for both. It imports nothing from outside this package, which is
 installed on its own as the ``gpu-switch`` command.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from .config import HOSTPCI_OPTION, normalise_bdf
+from .config import HOSTPCI_OPTION, normalise_address
 
 HOSTPCI_KEY = re.compile(r"^hostpci(\d+)$")
 DEV_KEY = re.compile(r"^dev(\d+)$")
@@ -164,7 +164,7 @@ def hostpci_coverage(value: str, slot: str, functions: list[str]) -> str:
     ids = parse_hostpci(value)["host"]
     if slot in ids:
         return "all"
-    covered = {i for i in ids if normalise_bdf(i) in functions}
+    covered = {i for i in ids if normalise_address(i) in functions}
     if not covered:
         return "none"
     return "all" if covered == set(functions) else "some"
@@ -298,7 +298,7 @@ def gpu_entries(kind: str, config: dict, slots: list[str], functions: list[str])
                 ids = parse_hostpci(str(value))["host"]
             except EntryError:
                 ids = []
-            if any(i in slots or normalise_bdf(i) in functions for i in ids):
+            if any(i in slots or normalise_address(i) in functions for i in ids):
                 out[key] = value
         elif kind == "lxc" and DEV_KEY.match(key):
             path = str(value).split(",")[0].removeprefix("path=")

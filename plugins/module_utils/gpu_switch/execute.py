@@ -264,4 +264,4 @@ class Executor:
 def _minors(cfg: Config) -> list[int]:
     minors = nvidia_minors(cfg.roots.proc)
     gpus = set(cfg.gpus) if cfg.gpus else None
-    return [m for bdf, m in minors.items() if gpus is None or bdf in gpus]
+    return [m for address, m in minors.items() if gpus is None or address in gpus]

@@ -1,7 +1,7 @@
 """Reading PCI state from sysfs: functions of each GPU, bound drivers, IOMMU groups, NUMA nodes.
 
 Everything is read below a sysfs root (``/sys`` on a host, a plain directory tree in tests), through
-symlinks as the kernel lays them out: ``bus/pci/devices/<bdf>/driver -> .../drivers/<name>`` and
+symlinks as the kernel lays them out: ``bus/pci/devices/<address>/driver -> .../drivers/<name>`` and
 ``.../iommu_group -> .../kernel/iommu_groups/<n>``.
 """
 
@@ -11,7 +11,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from .config import Config, normalise_bdf
+from .config import Config, normalise_address
 from .errors import ConfigError
 
 BRIDGE_CLASS = "0x0604"  # PCI-to-PCI bridges share groups with their devices and are never rebound
@@ -66,15 +66,15 @@ class Sysfs:
         self.drivers = os.path.join(root, "bus", "pci", "drivers")
         self.groups = os.path.join(root, "kernel", "iommu_groups")
 
-    def path(self, bdf: str, attr: str = "") -> str:
-        return os.path.join(self.devices, bdf, attr) if attr else os.path.join(self.devices, bdf)
+    def path(self, address: str, attr: str = "") -> str:
+        return os.path.join(self.devices, address, attr) if attr else os.path.join(self.devices, address)
 
-    def exists(self, bdf: str) -> bool:
-        return os.path.isdir(self.path(bdf))
+    def exists(self, address: str) -> bool:
+        return os.path.isdir(self.path(address))
 
-    def attr(self, bdf: str, name: str) -> str | None:
+    def attr(self, address: str, name: str) -> str | None:
         try:
-            with open(self.path(bdf, name), encoding="ascii", errors="replace") as fh:
+            with open(self.path(address, name), encoding="ascii", errors="replace") as fh:
                 return fh.read().strip()
         except OSError:
             return None
@@ -85,16 +85,16 @@ class Sysfs:
         except OSError:
             return None
 
-    def driver(self, bdf: str) -> str | None:
+    def driver(self, address: str) -> str | None:
         """Name of the bound driver, or None when the function is unbound."""
-        return self._link_name(self.path(bdf, "driver"))
+        return self._link_name(self.path(address, "driver"))
 
-    def override(self, bdf: str) -> str | None:
-        value = self.attr(bdf, "driver_override")
+    def override(self, address: str) -> str | None:
+        value = self.attr(address, "driver_override")
         return None if value in (None, "", "(null)") else value
 
-    def iommu_group(self, bdf: str) -> int | None:
-        name = self._link_name(self.path(bdf, "iommu_group"))
+    def iommu_group(self, address: str) -> int | None:
+        name = self._link_name(self.path(address, "iommu_group"))
         return int(name) if name and name.isdigit() else None
 
     def group_members(self, group: int) -> list[str]:
@@ -109,8 +109,8 @@ class Sysfs:
         except OSError:
             return False
 
-    def numa_node(self, bdf: str) -> int | None:
-        value = self.attr(bdf, "numa_node")
+    def numa_node(self, address: str) -> int | None:
+        value = self.attr(address, "numa_node")
         try:
             node = int(value) if value is not None else -1
         except ValueError:
@@ -126,19 +126,19 @@ class Sysfs:
         except OSError:
             return []
 
-    def function(self, bdf: str) -> PciFunction:
+    def function(self, address: str) -> PciFunction:
         return PciFunction(
-            address=bdf,
-            vendor=self.attr(bdf, "vendor") or "",
-            device=self.attr(bdf, "device") or "",
-            pci_class=self.attr(bdf, "class") or "",
-            driver=self.driver(bdf),
-            override=self.override(bdf),
+            address=address,
+            vendor=self.attr(address, "vendor") or "",
+            device=self.attr(address, "device") or "",
+            pci_class=self.attr(address, "class") or "",
+            driver=self.driver(address),
+            override=self.override(address),
         )
 
-    def slot_functions(self, bdf: str) -> list[str]:
+    def slot_functions(self, address: str) -> list[str]:
         """Every function in the GPU's slot (the audio function and any USB/UCSI ones), in order."""
-        slot = bdf.rsplit(".", 1)[0] + "."
+        slot = address.rsplit(".", 1)[0] + "."
         return [a for a in self.all_addresses() if a.startswith(slot)]
 
 
@@ -146,20 +146,20 @@ def _class_matches(pci_class: str, prefixes) -> bool:
     return any(pci_class.lower().startswith(p.lower()) for p in prefixes)
 
 
-def is_gpu(sysfs: Sysfs, bdf: str, vendor: str | None, classes=GPU_CLASSES) -> bool:
+def is_gpu(sysfs: Sysfs, address: str, vendor: str | None, classes=GPU_CLASSES) -> bool:
     """Whether the function is the vendor's (such as 0x10de) and of one of the classes (prefixes of its class code)."""
-    ours = (sysfs.attr(bdf, "vendor") or "").lower() == vendor
-    return ours and _class_matches(sysfs.attr(bdf, "class") or "", classes)
+    ours = (sysfs.attr(address, "vendor") or "").lower() == vendor
+    return ours and _class_matches(sysfs.attr(address, "class") or "", classes)
 
 
-def read_gpu(sysfs: Sysfs, bdf: str) -> Gpu:
-    """The GPU whose primary function is ``bdf``, as it is now: every function of its slot, IOMMU group, NUMA node."""
-    group = sysfs.iommu_group(bdf)
+def read_gpu(sysfs: Sysfs, address: str) -> Gpu:
+    """The GPU whose primary function is at ``address``, as it is now: its slot's functions, IOMMU group, NUMA node."""
+    group = sysfs.iommu_group(address)
     return Gpu(
-        address=bdf,
-        functions=[sysfs.function(a) for a in sysfs.slot_functions(bdf)],
+        address=address,
+        functions=[sysfs.function(a) for a in sysfs.slot_functions(address)],
         iommu_group=group,
-        numa_node=sysfs.numa_node(bdf),
+        numa_node=sysfs.numa_node(address),
         group_members=sysfs.group_members(group) if group is not None else [],
     )
 
@@ -168,9 +168,9 @@ def discover(config: Config, sysfs: Sysfs) -> list[Gpu]:
     """The configured GPUs with all their functions, as they are now. ConfigError if one does not exist."""
     if config.gpus:
         primaries = list(config.gpus)
-        for n, bdf in enumerate(primaries):
-            if not sysfs.exists(bdf):
-                raise ConfigError(f"config {config.path}: gpus[{n}]: no PCI device {bdf} under {sysfs.devices}")
+        for n, address in enumerate(primaries):
+            if not sysfs.exists(address):
+                raise ConfigError(f"config {config.path}: gpus[{n}]: no PCI device {address} under {sysfs.devices}")
     else:
         match = config.gpu_match or {}
         primaries = [
@@ -179,12 +179,12 @@ def discover(config: Config, sysfs: Sysfs) -> list[Gpu]:
         if not primaries:
             raise ConfigError(f"config {config.path}: gpu_match {match} matches no PCI device under {sysfs.devices}")
     gpus, seen = [], {}
-    for bdf in primaries:
-        slot = bdf.rsplit(".", 1)[0]
+    for address in primaries:
+        slot = address.rsplit(".", 1)[0]
         if slot in seen:
-            raise ConfigError(f"config {config.path}: {bdf} is a function of GPU {seen[slot]}: list each GPU once")
-        seen[slot] = bdf
-        gpus.append(read_gpu(sysfs, bdf))
+            raise ConfigError(f"config {config.path}: {address} is a function of GPU {seen[slot]}: list each GPU once")
+        seen[slot] = address
+        gpus.append(read_gpu(sysfs, address))
     return gpus
 
 
@@ -200,16 +200,16 @@ def foreign_group_members(gpus: list[Gpu], sysfs: Sysfs) -> list[tuple[Gpu, str]
     return out
 
 
-def describe_device(sysfs: Sysfs, bdf: str) -> str:
+def describe_device(sysfs: Sysfs, address: str) -> str:
     """A short description for error messages: address, class and driver."""
-    return f"{bdf} (class {sysfs.attr(bdf, 'class') or '?'}, driver {sysfs.driver(bdf) or 'none'})"
+    return f"{address} (class {sysfs.attr(address, 'class') or '?'}, driver {sysfs.driver(address) or 'none'})"
 
 
 MINOR = re.compile(r"^Device Minor:\s*(\d+)", re.M)
 
 
 def nvidia_minors(proc_root: str) -> dict[str, int]:
-    """PCI address -> /dev/nvidiaN minor, from /proc/driver/nvidia/gpus/<bdf>/information."""
+    """PCI address -> /dev/nvidiaN minor, from /proc/driver/nvidia/gpus/<address>/information."""
     base = os.path.join(proc_root, "driver", "nvidia", "gpus")
     out = {}
     try:
@@ -222,9 +222,9 @@ def nvidia_minors(proc_root: str) -> dict[str, int]:
                 m = MINOR.search(fh.read())
         except OSError:
             continue
-        bdf = normalise_bdf(name)
-        if m and bdf:
-            out[bdf] = int(m.group(1))
+        address = normalise_address(name)
+        if m and address:
+            out[address] = int(m.group(1))
     return out
 
 

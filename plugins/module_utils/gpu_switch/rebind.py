@@ -21,69 +21,69 @@ class Rebinder:
         self.sysfs, self.writer, self.timeout = sysfs, writer, timeout
         self.before_write = before_write
 
-    def _write(self, bdf: str, path: str, value: str) -> None:
+    def _write(self, address: str, path: str, value: str) -> None:
         if self.before_write:
-            self.before_write(bdf, path, value)
+            self.before_write(address, path, value)
         try:
             self.writer.write(path, value, self.timeout)
         except WriteTimeout as exc:
-            exc.address = bdf
+            exc.address = address
             raise
         except OSError as exc:
-            raise RebindError(f"{bdf}: writing {value.strip()!r} to {path} failed: {exc.strerror or exc}") from None
+            raise RebindError(f"{address}: writing {value.strip()!r} to {path} failed: {exc.strerror or exc}") from None
 
-    def set_override(self, bdf: str, override: str | None) -> None:
+    def set_override(self, address: str, override: str | None) -> None:
         """Only this driver may bind the function from now on (None: any). Does not unbind."""
-        if self.sysfs.override(bdf) != override:
-            self._write(bdf, self.sysfs.path(bdf, "driver_override"), (override or "") + "\n")
+        if self.sysfs.override(address) != override:
+            self._write(address, self.sysfs.path(address, "driver_override"), (override or "") + "\n")
 
-    def unbind(self, bdf: str) -> None:
-        driver = self.sysfs.driver(bdf)
+    def unbind(self, address: str) -> None:
+        driver = self.sysfs.driver(address)
         if driver is not None:
-            self._write(bdf, os.path.join(self.sysfs.drivers, driver, "unbind"), bdf)
+            self._write(address, os.path.join(self.sysfs.drivers, driver, "unbind"), address)
 
-    def probe(self, bdf: str) -> None:
-        self._write(bdf, os.path.join(os.path.dirname(self.sysfs.devices), "drivers_probe"), bdf)
+    def probe(self, address: str) -> None:
+        self._write(address, os.path.join(os.path.dirname(self.sysfs.devices), "drivers_probe"), address)
 
-    def bind(self, bdf: str, driver: str, final_override: str | None = None) -> bool:
+    def bind(self, address: str, driver: str, final_override: str | None = None) -> bool:
         """Bind the function to exactly this driver; then leave final_override in place. True if changed."""
-        if self.sysfs.driver(bdf) == driver:
-            changed = self.sysfs.override(bdf) != final_override
-            self.set_override(bdf, final_override)
+        if self.sysfs.driver(address) == driver:
+            changed = self.sysfs.override(address) != final_override
+            self.set_override(address, final_override)
             return changed
-        self.set_override(bdf, driver)
-        self.unbind(bdf)
-        self.probe(bdf)
-        now = self.sysfs.driver(bdf)
+        self.set_override(address, driver)
+        self.unbind(address)
+        self.probe(address)
+        now = self.sysfs.driver(address)
         if now != driver:
             raise RebindError(
-                f"{bdf}: bound to {now or 'no driver'} after drivers_probe, expected {driver}"
+                f"{address}: bound to {now or 'no driver'} after drivers_probe, expected {driver}"
                 f"{'' if self.sysfs.driver_loaded(driver) else f' (driver {driver} is not loaded)'}"
             )
         if final_override != driver:
-            self.set_override(bdf, final_override)
+            self.set_override(address, final_override)
         return True
 
-    def release(self, bdf: str, away_from: str) -> bool:
+    def release(self, address: str, away_from: str) -> bool:
         """Clear the override and let the kernel pick the function's native driver, as long as it is not
         away_from (used for the GPU's audio and USB functions on the way back to the host). True if changed."""
-        current = self.sysfs.driver(bdf)
+        current = self.sysfs.driver(address)
         if current is not None and current != away_from:
-            changed = self.sysfs.override(bdf) is not None
-            self.set_override(bdf, None)
+            changed = self.sysfs.override(address) is not None
+            self.set_override(address, None)
             return changed
-        self.set_override(bdf, None)
-        self.unbind(bdf)
-        self.probe(bdf)
-        now = self.sysfs.driver(bdf)
+        self.set_override(address, None)
+        self.unbind(address)
+        self.probe(address)
+        now = self.sysfs.driver(address)
         if now == away_from:
-            raise RebindError(f"{bdf}: still bound to {away_from} after drivers_probe")
+            raise RebindError(f"{address}: still bound to {away_from} after drivers_probe")
         return True
 
-    def restore(self, bdf: str, driver: str | None, override: str | None) -> None:
+    def restore(self, address: str, driver: str | None, override: str | None) -> None:
         """Put the function back exactly as it was: its driver (or unbound) and its override."""
         if driver is None:
-            self.set_override(bdf, override)
-            self.unbind(bdf)
+            self.set_override(address, override)
+            self.unbind(address)
         else:
-            self.bind(bdf, driver, override)
+            self.bind(address, driver, override)

@@ -143,9 +143,9 @@ def clean_leftovers(args, found):
 # --- the driver and the GPU memory -----------------------------------------------------------------
 
 
-def bound_driver(sysfs, bdf):
-    """The driver the PCI function ``bdf`` is bound to, or None."""
-    link = os.path.join(sysfs, "bus", "pci", "devices", bdf, "driver")
+def bound_driver(sysfs, address):
+    """The driver the PCI function ``address`` is bound to, or None."""
+    link = os.path.join(sysfs, "bus", "pci", "devices", address, "driver")
     if not os.path.lexists(link):
         return None
     return os.path.basename(os.readlink(link))
@@ -186,12 +186,12 @@ def busy_memory(args):
 
 def cmd_check(args):
     """ExecStartPre: refuse the start unless the GPUs are on nvidia, present and free."""
-    for gpu_bdf in args.pci:
-        driver = bound_driver(args.sysfs, gpu_bdf)
+    for gpu_address in args.pci:
+        driver = bound_driver(args.sysfs, gpu_address)
         if driver != "nvidia":
             where = "given to the VM" if driver == "vfio-pci" else "not usable here"
             raise GuardError(
-                f"GPU {gpu_bdf} is bound to {driver or 'no driver'} ({where}): "
+                f"GPU {gpu_address} is bound to {driver or 'no driver'} ({where}): "
                 "move the GPUs back first (gpu-switch to-ct)"
             )
     for path in args.device + args.control:

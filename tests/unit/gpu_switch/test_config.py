@@ -9,7 +9,16 @@ import json
 import pytest
 import yaml
 from gpu_switch import cli
-from gpu_switch.config import SCHEMA, Field, Section, _Reader, load_config, parse_config, read_secret
+from gpu_switch.config import (
+    SCHEMA,
+    Field,
+    Section,
+    _Reader,
+    load_config,
+    normalise_address,
+    parse_config,
+    read_secret,
+)
 from gpu_switch.errors import EXIT_USAGE, ConfigError
 
 BASE = {
@@ -60,6 +69,22 @@ def test_environment_roots_win_over_the_file_and_the_journal_follows_a_moved_run
     cfg = parse_config(BASE, "c.yml", environ=env)
     assert (cfg.roots.sysfs, cfg.roots.proc, cfg.roots.run) == ("/tmp/s", "/tmp/p", "/tmp/r")
     assert cfg.journal_path == "/tmp/r/gpu-switch/journal.json"
+
+
+@pytest.mark.parametrize(
+    ("text", "canonical"),
+    [
+        ("0000:01:00.0", "0000:01:00.0"),
+        ("01:00.0", "0000:01:00.0"),
+        (" 0000:C1:00.1\n", "0000:c1:00.1"),
+        ("0000:01:20.0", None),  # slot beyond 1f
+        ("0000:01:00.8", None),  # function beyond 7
+        ("1:00.0", None),
+        ("gpu0", None),
+    ],
+)
+def test_an_address_is_spelt_one_way_or_refused(text, canonical):
+    assert normalise_address(text) == canonical
 
 
 def test_short_addresses_are_normalised_and_gpu_match_is_accepted():
