@@ -164,6 +164,48 @@ def connection_spec(env_fallback):
     )
 
 
+# What every module of ours that logs in passes to AnsibleModule beside its argument spec: one way to log in.
+MODULE_OPTIONS = {
+    "supports_check_mode": True,
+    "required_together": [("api_token_id", "api_token_secret")],
+    "mutually_exclusive": [("api_password", "api_token_id")],
+}
+
+
+def check_login_params(module, what=""):
+    """Fail before any API call: proxmoxer missing, or no secret to log in with over https. ``what`` says what the
+    module needs the login for; the message starts with the module's context, when it has one."""
+    if not HAS_PROXMOXER:
+        module.fail_json(msg=module_missing_lib(), exception=str(PROXMOXER_ERROR))
+    p = module.params
+    if p["api_backend"] == "https" and not (p["api_password"] or p["api_token_id"]):
+        prefix = f"{p['context']}: " if p.get("context") else ""
+        module.fail_json(
+            msg=f"{prefix}api_password (or api_token_id and api_token_secret) is needed to log in to the PVE API "
+            f"over https{what}"
+        )
+
+
+def module_missing_lib() -> str:
+    """Ansible's words for the missing client library."""
+    from ansible.module_utils.basic import missing_required_lib  # noqa: PLC0415 - only on this path
+
+    return missing_required_lib("proxmoxer")
+
+
+def log_in_or_fail(module, client, login, variable="", advice=""):
+    """Log in before any change; a refusal fails the module naming the login (and the inventory variable the
+    password comes from, when given), with nothing changed."""
+    try:
+        client.log_in()
+    except Exception as exc:  # noqa: BLE001 - login failures become a message
+        named = f"{variable}: " if variable else ""
+        module.fail_json(
+            msg=f"{named}could not log in to the PVE API at {login.host}:{login.port} as {login.who}: "
+            f"{error_text(exc)}. Nothing was changed{advice}."
+        )
+
+
 def error_text(exc: BaseException) -> str:
     """PVE's own words for a failure: a refusal's message, reason and per-field errors, or the exception's text.
     For the client's ApiError, the words it kept from what it caught (without what it was doing)."""

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import time
 
-from ansible.module_utils.basic import AnsibleModule, env_fallback, missing_required_lib
+from ansible.module_utils.basic import AnsibleModule, env_fallback
 from ansible.module_utils.pve_api import (
-    HAS_PROXMOXER,
-    PROXMOXER_ERROR,
+    MODULE_OPTIONS,
     ApiError,
     Client,
     Login,
+    check_login_params,
     connection_spec,
     quorum,
 )
@@ -115,23 +115,13 @@ def wait_for_quorum(client, node: str, timeout: float, interval: float, *, clock
 
 
 def main():
-    spec = connection_spec(env_fallback)
-    spec.update(module_args())
-    module = AnsibleModule(
-        argument_spec=spec,
-        supports_check_mode=True,
-        required_together=[("api_token_id", "api_token_secret")],
-        mutually_exclusive=[("api_password", "api_token_id")],
-    )
-    if not HAS_PROXMOXER:
-        module.fail_json(msg=missing_required_lib("proxmoxer"), exception=str(PROXMOXER_ERROR))
+    module = AnsibleModule(argument_spec={**connection_spec(env_fallback), **module_args()}, **MODULE_OPTIONS)
     p = module.params
     prefix = f"{p['context']}: " if p["context"] else ""
     for name, low in (("timeout", 0), ("interval", 1)):
         if p[name] < low:
             module.fail_json(msg=f"{prefix}{name} is {p[name]}; expected a number of seconds of at least {low}")
-    if p["api_backend"] == "https" and not (p["api_password"] or p["api_token_id"]):
-        module.fail_json(msg=f"{prefix}api_password (or api_token_id and api_token_secret) is needed over https")
+    check_login_params(module)
     client = Client(Login.from_params(p), p["node"])
     ok, seen, reads = wait_for_quorum(client, p["node"], p["timeout"], p["interval"])
     if not ok:

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from ansible.module_utils.basic import AnsibleModule, env_fallback, missing_required_lib
+from ansible.module_utils.basic import AnsibleModule, env_fallback
 from ansible.module_utils.gpu_switch.errors import ApiError, GpuSwitchError, TaskFailed
 from ansible.module_utils.gpu_switch.guests import Guest, GuestControl
 from ansible.module_utils.pve_api import (
-    HAS_PROXMOXER,
-    PROXMOXER_ERROR,
+    MODULE_OPTIONS,
     Client,
     Login,
+    check_login_params,
     connection_spec,
     label,
 )
@@ -257,23 +257,13 @@ class GuestPower:
 
 
 def main():
-    spec = connection_spec(env_fallback)
-    spec.update(module_args())
-    module = AnsibleModule(
-        argument_spec=spec,
-        supports_check_mode=True,
-        required_together=[("api_token_id", "api_token_secret")],
-        mutually_exclusive=[("api_password", "api_token_id")],
-    )
-    if not HAS_PROXMOXER:
-        module.fail_json(msg=missing_required_lib("proxmoxer"), exception=str(PROXMOXER_ERROR))
+    module = AnsibleModule(argument_spec={**connection_spec(env_fallback), **module_args()}, **MODULE_OPTIONS)
     p = module.params
     prefix = f"{p['context']}: " if p["context"] else ""
     for name in ("timeout", "task_timeout"):
         if p[name] < 1:
             module.fail_json(msg=f"{prefix}{name} is {p[name]}; expected a number of seconds of at least 1")
-    if p["api_backend"] == "https" and not (p["api_password"] or p["api_token_id"]):
-        module.fail_json(msg=f"{prefix}api_password (or api_token_id and api_token_secret) is needed over https")
+    check_login_params(module)
     login = Login.from_params(p)
     power = GuestPower(module, PowerApi(login, p["node"]))
     try:

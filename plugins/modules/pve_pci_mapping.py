@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from ansible.module_utils.basic import AnsibleModule, env_fallback, missing_required_lib
+from ansible.module_utils.basic import AnsibleModule, env_fallback
 from ansible.module_utils.gpu_switch.entries import (
     EntryError,
     canonical_mapping_entry,
@@ -13,13 +13,14 @@ from ansible.module_utils.gpu_switch.entries import (
     parse_mapping_entry,
 )
 from ansible.module_utils.pve_api import (
-    HAS_PROXMOXER,
-    PROXMOXER_ERROR,
+    MODULE_OPTIONS,
     Client,
     Login,
+    check_login_params,
     connection_spec,
     error_text,
     explain,
+    log_in_or_fail,
 )
 
 DOCUMENTATION = r"""
@@ -245,32 +246,13 @@ class PciMappings:
 
 
 def main():
-    spec = connection_spec(env_fallback)
-    spec.update(module_args())
-    module = AnsibleModule(
-        argument_spec=spec,
-        supports_check_mode=True,
-        required_together=[("api_token_id", "api_token_secret")],
-        mutually_exclusive=[("api_password", "api_token_id")],
-    )
-    if not HAS_PROXMOXER:
-        module.fail_json(msg=missing_required_lib("proxmoxer"), exception=str(PROXMOXER_ERROR))
+    module = AnsibleModule(argument_spec={**connection_spec(env_fallback), **module_args()}, **MODULE_OPTIONS)
+    check_login_params(module)
     p = module.params
-    if p["api_backend"] == "https" and not (p["api_password"] or p["api_token_id"]):
-        module.fail_json(
-            msg=f"{p['context'] + ': ' if p['context'] else ''}api_password (or api_token_id and api_token_secret) "
-            "is needed to log in to the PVE API over https"
-        )
     login = Login.from_params(p)
     runner = PciMappings(module, Client(login, p["node"]))
     wanted = runner.wanted()  # every entry is validated before the first API call
-    try:
-        runner.api.log_in()
-    except Exception as exc:  # noqa: BLE001 - login failures become a message
-        module.fail_json(
-            msg=f"could not log in to the PVE API at {login.host}:{login.port} as {login.who}: {error_text(exc)}. "
-            "Nothing was changed."
-        )
+    log_in_or_fail(module, runner.api, login)
     module.exit_json(**runner.run(wanted))
 
 
