@@ -5,7 +5,7 @@ the module validates those itself (tests/unit/module_utils/test_pve_guest_gpu_co
 """
 
 import pytest
-from pve_testlib import load_module, run_module
+from pve_testlib import api_args, load_module, run_module
 
 MODULE = load_module("pve_guest_gpu_config")
 NVIDIA = ["/dev/nvidia0", "/dev/nvidia1", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"]
@@ -40,15 +40,7 @@ def pve(fakepve):
 @pytest.fixture
 def args(pve, fakepve_cafile):
     def make(**kw):
-        base = {
-            "api_host": pve.host,
-            "api_port": pve.port,
-            "api_user": "root@pam",
-            "api_password": "secret",
-            "ca_path": fakepve_cafile,
-            "node": "pve1",
-        }
-        return {**base, **kw}
+        return api_args(pve, fakepve_cafile, **{"api_user": "root@pam", **kw})
 
     return make
 

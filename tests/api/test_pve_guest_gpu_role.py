@@ -1,11 +1,8 @@
 """The pve_guest_gpu role run by ansible-playbook against fakepve: the entries it derives from the GPU inventory,
 idempotence and check mode at the role level, and bad inputs stopped before any change with the variable named."""
 
-import re
-
 import pytest
-import yaml
-from localhost import run_playbook
+from pve_testlib import play_with_pve_api
 
 GPUS = [
     {"address": "0000:01:00.0", "slot": "0000:01:00", "index": 0, "minor": 0},
@@ -55,13 +52,7 @@ def play(pve, fakepve_cafile, tmp_path):
             "pve_api_packages": [],
             **{k: v for k, v in given.items() if k.startswith("pve_api_")},
         }
-        path = tmp_path / "play.yml"
-        play = {"name": "Wire the GPUs", "hosts": "localhost", "gather_facts": False, "vars": connection}
-        path.write_text(yaml.safe_dump([{**play, "roles": [{"role": "pve_api"}, role]}]))
-        proc = run_playbook(path, *extra)
-        recap = re.search(r"localhost\s+:\s+ok=\d+\s+changed=(\d+)\s+unreachable=\d+\s+failed=(\d+)", proc.stdout)
-        assert recap, proc.stdout[-3000:] + proc.stderr[-2000:]
-        return int(recap.group(1)), int(recap.group(2)), proc.stdout
+        return play_with_pve_api(tmp_path, connection, role, *extra)
 
     return run
 

@@ -3,14 +3,10 @@
 pve_pci_mapping and pve_guest_gpu_config with mapping= entries, and role pve_guest_gpu with
 pve_guest_gpu_use_pci_mappings, an API token with Mapping.Use doing what raw entries are refused."""
 
-import re
-
 import pytest
-import yaml
 from fakepve.pytest_plugin import _Serving
-from localhost import run_playbook
 from pve_api import Client, Login
-from pve_testlib import load_module, run_module
+from pve_testlib import load_module, play_with_pve_api, run_module
 
 from inferhost.sim.pve_mapping import MappingPve
 
@@ -262,13 +258,7 @@ def play(pve, fakepve_cafile, tmp_path):
                 else {"pve_api_password": "secret"}
             ),
         }
-        path = tmp_path / "play.yml"
-        play = {"name": "Wire the GPUs", "hosts": "localhost", "gather_facts": False, "vars": connection}
-        path.write_text(yaml.safe_dump([{**play, "roles": [{"role": "pve_api"}, role]}]))
-        proc = run_playbook(path, *extra)
-        recap = re.search(r"localhost\s+:\s+ok=\d+\s+changed=(\d+)\s+unreachable=\d+\s+failed=(\d+)", proc.stdout)
-        assert recap, proc.stdout[-3000:] + proc.stderr[-2000:]
-        return int(recap.group(1)), int(recap.group(2)), proc.stdout
+        return play_with_pve_api(tmp_path, connection, role, *extra)
 
     return run
 

@@ -4,7 +4,7 @@ quorum lost then back, never back, the node offline, an API that does not answer
 import itertools
 
 import pytest
-from pve_testlib import load_module, run_module
+from pve_testlib import api_args, load_module, run_module
 
 MODULE = load_module("pve_cluster_quorum")
 # The client as the module imports it (ansible.module_utils.pve_api), whose ApiError the wait catches.
@@ -46,14 +46,7 @@ def args(fakepve, fakepve_cafile):
     fakepve.add_node("pve2")
 
     def make(**kw):
-        base = {
-            "api_host": fakepve.host,
-            "api_port": fakepve.port,
-            "api_password": "secret",
-            "ca_path": fakepve_cafile,
-            "node": "pve1",
-        }
-        return {**base, **kw}
+        return api_args(fakepve, fakepve_cafile, **kw)
 
     return make
 

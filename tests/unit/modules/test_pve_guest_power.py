@@ -2,7 +2,7 @@
 again, a guest that does not shut down in time refused (or stopped hard when allowed), bad guests refused first."""
 
 import pytest
-from pve_testlib import load_module, run_module
+from pve_testlib import api_args, load_module, run_module
 
 MODULE = load_module("pve_guest_power")
 GUESTS = [{"vmid": 101, "type": "lxc"}, {"vmid": 201, "type": "qemu"}, {"vmid": 102, "type": "lxc"}]
@@ -21,15 +21,7 @@ def pve(fakepve):
 @pytest.fixture
 def args(pve, fakepve_cafile):
     def make(**kw):
-        base = {
-            "api_host": pve.host,
-            "api_port": pve.port,
-            "api_password": "secret",
-            "ca_path": fakepve_cafile,
-            "node": "pve1",
-            "guests": GUESTS,
-        }
-        return {**base, **kw}
+        return api_args(pve, fakepve_cafile, **{"guests": GUESTS, **kw})
 
     return make
 
