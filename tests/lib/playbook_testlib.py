@@ -57,8 +57,8 @@ def run_playbook(site, name, *options, env=None, **extra):
     return done.returncode, " ".join((done.stdout + done.stderr).split())
 
 
-def run_ansible(*argv, check=False):
+def run_ansible(*argv, check=False, env=None, timeout=None):
     """An Ansible command (ansible-playbook, ansible-inventory) run from the repository's root with no fact cache:
-    facts an earlier run cached for a host of the same name must not count."""
-    env = {**os.environ, "ANSIBLE_CACHE_PLUGIN": "memory", "ANSIBLE_NOCOLOR": "1"}
-    return subprocess.run(list(argv), cwd=ROOT, env=env, capture_output=True, text=True, check=check)
+    facts an earlier run cached for a host of the same name must not count. env: more of the environment."""
+    env = {**os.environ, "ANSIBLE_CACHE_PLUGIN": "memory", "ANSIBLE_NOCOLOR": "1", **(env or {})}
+    return subprocess.run(list(argv), cwd=ROOT, env=env, capture_output=True, text=True, check=check, timeout=timeout)

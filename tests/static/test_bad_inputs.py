@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from playbook_testlib import run_ansible
 
 ROOT = Path(__file__).resolve().parents[2]
 LAB = ROOT / "inventory" / "lab"
@@ -318,13 +319,5 @@ def test_the_unmodified_lab_inventory_passes(tmp_path):
     """The validation itself refuses nothing in inventory/lab (the copy with the planted secrets)."""
     case = Case("unmodified", SERVICE, lambda data: None, "")
     inventory = _copy_inventory(tmp_path, case)
-    env = {**os.environ, "ANSIBLE_CACHE_PLUGIN_CONNECTION": str(tmp_path / "facts")}
-    proc = subprocess.run(
-        ["ansible-playbook", "-i", str(inventory / "hosts.yml"), "playbooks/preflight.yml"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    proc = run_ansible("ansible-playbook", "-i", str(inventory / "hosts.yml"), "playbooks/preflight.yml")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]

@@ -6,13 +6,12 @@ verification of the rebooted kernel: what runs is every API step of each turn, i
 """
 
 import json
-import os
 import re
-import subprocess
 import sys
 
 import pytest
 import yaml
+from playbook_testlib import run_ansible
 from pve_testlib import ROOT
 
 HOST_YML = ROOT / "playbooks" / "host.yml"
@@ -115,20 +114,12 @@ def run_rolling_play(tmp_path, pve, cafile, **overrides):
     for host, values in overrides.items():
         hosts[host].update(values)
     (tmp_path / "hosts.yml").write_text(yaml.safe_dump({"pve_hosts": {"hosts": hosts}}))
-    env = {
-        **os.environ,
-        "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
-        "ANSIBLE_CACHE_PLUGIN": "memory",
-        "ANSIBLE_DISPLAY_SKIPPED_HOSTS": "true",
-        "ANSIBLE_NOCOLOR": "1",
-    }
-    return subprocess.run(
-        [str(ROOT / ".venv" / "bin" / "ansible-playbook"), "-i", "hosts.yml", "rolling.yml"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
+    return run_ansible(
+        "ansible-playbook",
+        "-i",
+        str(tmp_path / "hosts.yml"),
+        str(tmp_path / "rolling.yml"),
+        env={"ANSIBLE_DISPLAY_SKIPPED_HOSTS": "true"},
         timeout=600,
     )
 
