@@ -45,6 +45,12 @@ options:
     description: Seconds an API call may take (proxmoxer's own default, 5, is too short for a loaded host).
     type: int
     default: 30
+  context:
+    description:
+      - Prefix of error messages, naming what asked for the call (the inventory variable that described it, or the
+        host being maintained), so that a refusal names what to fix.
+    type: str
+    default: ""
 notes:
   - The login and every read are repeated on network errors (five attempts, backing off); a write lost on the network
     is repeated only after a read shows that it did not happen. A missing O(ca_path) file and a failed TLS verification

@@ -161,6 +161,7 @@ def connection_spec(env_fallback):
         validate_certs=dict(type="bool", default=True),
         ca_path=dict(type="path"),
         api_timeout=dict(type="int", default=30),
+        context=dict(type="str", default=""),
     )
 
 

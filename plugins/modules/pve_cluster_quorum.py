@@ -42,10 +42,6 @@ options:
     description: Seconds between two reads.
     type: int
     default: 5
-  context:
-    description: Prefix of error messages, naming what waits (the host being maintained).
-    type: str
-    default: ""
 extends_documentation_fragment:
   - pve_api
 attributes:
@@ -91,7 +87,6 @@ def module_args():
         node=dict(type="str", required=True),
         timeout=dict(type="int", default=600),
         interval=dict(type="int", default=5),
-        context=dict(type="str", default=""),
     )
 
 

@@ -140,10 +140,6 @@ options:
     type: str
     choices: [present, absent]
     default: present
-  context:
-    description: Prefix of error messages, naming the inventory variable that described this guest.
-    type: str
-    default: ""
 extends_documentation_fragment:
   - pve_api
   - attributes.edit
@@ -240,7 +236,6 @@ def module_args():
         managed_hosts=dict(type="list", elements="str", default=[]),
         managed_mappings=dict(type="list", elements="str", default=[]),
         state=dict(type="str", choices=["present", "absent"], default="present"),
-        context=dict(type="str", default=""),
     )
 
 

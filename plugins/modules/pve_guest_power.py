@@ -71,10 +71,6 @@ options:
     description: Seconds a start task, or the hard stop of O(force), may take.
     type: int
     default: 600
-  context:
-    description: Prefix of error messages, naming what asked for the change (the host being maintained).
-    type: str
-    default: ""
 extends_documentation_fragment:
   - pve_api
 attributes:
@@ -164,7 +160,6 @@ def module_args():
         timeout=dict(type="int", default=180),
         force=dict(type="bool", default=False),
         task_timeout=dict(type="int", default=600),
-        context=dict(type="str", default=""),
     )
 
 

@@ -70,10 +70,6 @@ options:
       description:
         description: The mapping's description, set when the module creates it.
         type: str
-  context:
-    description: Prefix of error messages, naming the inventory variable that described the mappings.
-    type: str
-    default: ""
 extends_documentation_fragment:
   - pve_api
   - attributes.edit
@@ -131,7 +127,6 @@ def module_args():
                 description=dict(type="str"),
             ),
         ),
-        context=dict(type="str", default=""),
     )
 
 
