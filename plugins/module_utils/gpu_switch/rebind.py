@@ -45,16 +45,24 @@ class Rebinder:
     def probe(self, address: str) -> None:
         self._write(address, os.path.join(os.path.dirname(self.sysfs.devices), "drivers_probe"), address)
 
+    def _keep(self, address: str, override: str | None) -> bool:
+        """The function stays on its driver; only its override is set. True if that changed it."""
+        changed = self.sysfs.override(address) != override
+        self.set_override(address, override)
+        return changed
+
+    def _reprobe(self, address: str) -> str | None:
+        """Unbind the function and let drivers_probe bind it by its override: the driver it then has."""
+        self.unbind(address)
+        self.probe(address)
+        return self.sysfs.driver(address)
+
     def bind(self, address: str, driver: str, final_override: str | None = None) -> bool:
         """Bind the function to exactly this driver; then leave final_override in place. True if changed."""
         if self.sysfs.driver(address) == driver:
-            changed = self.sysfs.override(address) != final_override
-            self.set_override(address, final_override)
-            return changed
+            return self._keep(address, final_override)
         self.set_override(address, driver)
-        self.unbind(address)
-        self.probe(address)
-        now = self.sysfs.driver(address)
+        now = self._reprobe(address)
         if now != driver:
             raise RebindError(
                 f"{address}: bound to {now or 'no driver'} after drivers_probe, expected {driver}"
@@ -69,13 +77,9 @@ class Rebinder:
         away_from (used for the GPU's audio and USB functions on the way back to the host). True if changed."""
         current = self.sysfs.driver(address)
         if current is not None and current != away_from:
-            changed = self.sysfs.override(address) is not None
-            self.set_override(address, None)
-            return changed
+            return self._keep(address, None)
         self.set_override(address, None)
-        self.unbind(address)
-        self.probe(address)
-        now = self.sysfs.driver(address)
+        now = self._reprobe(address)
         if now == away_from:
             raise RebindError(f"{address}: still bound to {away_from} after drivers_probe")
         return True
