@@ -139,23 +139,31 @@ def test_valid_hostpci_values(value, parsed, canonical):
     assert entries.canonical_hostpci(value) == canonical
 
 
+# Malformed values of both kinds, each with the words it is refused with.
 @pytest.mark.parametrize(
-    ("value", "message"),
+    ("kind", "value", "message"),
     [
-        ("0000:01:00,pcie=yes-please", "is not a boolean"),
-        ("0000:1:00,pcie=1", "is not a PCI address"),
-        ("0000:01:00;junk", "'junk' is not a PCI address"),
-        ("pcie=1", "needs exactly one of host= or mapping="),
-        ("0000:01:00,mapping=gpu0", "needs exactly one of host= or mapping="),
-        ("0000:01:00,colour=red", "unknown option 'colour'"),
-        ("0000:01:00,,pcie=1", "empty property"),
-        ("0000:01:00,pcie=1,pcie=0", "pcie given twice"),
-        ("0000:01:00,driver=nouveau", "must be one of vfio, keep"),
+        ("hostpci", "0000:01:00,pcie=yes-please", "is not a boolean"),
+        ("hostpci", "0000:1:00,pcie=1", "is not a PCI address"),
+        ("hostpci", "0000:01:00;junk", "'junk' is not a PCI address"),
+        ("hostpci", "pcie=1", "needs exactly one of host= or mapping="),
+        ("hostpci", "0000:01:00,mapping=gpu0", "needs exactly one of host= or mapping="),
+        ("hostpci", "0000:01:00,colour=red", "unknown option 'colour'"),
+        ("hostpci", "0000:01:00,,pcie=1", "empty property"),
+        ("hostpci", "0000:01:00,pcie=1,pcie=0", "pcie given twice"),
+        ("hostpci", "0000:01:00,driver=nouveau", "must be one of vfio, keep"),
+        ("dev", "nvidia0", "not a device path under /dev/"),
+        ("dev", "/dev/../etc/shadow", "not a device path under /dev/"),
+        ("dev", "/dev/nvidia0,mode=666", "not an octal mode"),
+        ("dev", "/dev/nvidia0,deny-write=perhaps", "is not a boolean"),
+        ("dev", "/dev/nvidia0,uid=-1", "not a non-negative integer"),
+        ("dev", "/dev/nvidia0,rw=1", "unknown option 'rw'"),
     ],
 )
-def test_malformed_hostpci_values_are_refused(value, message):
+def test_malformed_values_are_refused(kind, value, message):
+    parse = entries.parse_hostpci if kind == "hostpci" else entries.parse_dev
     with pytest.raises(entries.EntryError, match=message):
-        entries.parse_hostpci(value)
+        parse(value)
 
 
 def test_hostpci_coverage_of_a_gpu():
@@ -180,22 +188,6 @@ def test_hostpci_coverage_of_a_gpu():
 )
 def test_valid_dev_values(value):
     assert entries.parse_dev(value)["path"].startswith("/dev/")
-
-
-@pytest.mark.parametrize(
-    ("value", "message"),
-    [
-        ("nvidia0", "not a device path under /dev/"),
-        ("/dev/../etc/shadow", "not a device path under /dev/"),
-        ("/dev/nvidia0,mode=666", "not an octal mode"),
-        ("/dev/nvidia0,deny-write=perhaps", "is not a boolean"),
-        ("/dev/nvidia0,uid=-1", "not a non-negative integer"),
-        ("/dev/nvidia0,rw=1", "unknown option 'rw'"),
-    ],
-)
-def test_malformed_dev_values_are_refused(value, message):
-    with pytest.raises(entries.EntryError, match=message):
-        entries.parse_dev(value)
 
 
 @pytest.mark.parametrize(
