@@ -90,6 +90,13 @@ class Checker:
         self.views = views
         self.rules = rules or {}
         self.wiring = dict(wiring or {})
+        # Each role's defaults, once: a variable is declared by the one role whose prefix it has.
+        self.defaults = {
+            name: option["default"]
+            for options in specs.values()
+            for name, option in options.items()
+            if isinstance(option, dict) and "default" in option
+        }
         self.known_bad = list(known_bad)
         self.targets = [h for h in targets if h in views]
         self.roles = roles
@@ -704,7 +711,7 @@ class Checker:
             rules = self.rules.get(role) or []
             if not rules:
                 continue
-            get = self._getter(host, role)
+            get = self._getter(host)
             for refusal in role_rules.evaluate(rules, get):
                 named = any(host in p.hosts and p.variable == refusal.variable for p in self.problems)
                 if named or (host, refusal.root) in self._failed or self._from_refused(host, refusal.root):
@@ -718,20 +725,14 @@ class Checker:
                     root=refusal.root,
                 )
 
-    def _getter(self, host, role):
+    def _getter(self, host):
         """name -> the host's value, else the default of the role that declares it (a template default counts as
         not set: its value is known only on the host)."""
-        defaults = {}
-        for options in [self.specs.get(role) or {}, *(self.specs.values())]:
-            for name, option in options.items():
-                if isinstance(option, dict) and "default" in option and name not in defaults:
-                    defaults[name] = option["default"]
-
         def get(name):
             value = self.value(host, name)
             if value is not UNSET:
                 return value
-            default = defaults.get(name, UNSET)
+            default = self.defaults.get(name, UNSET)
             return UNSET if isinstance(default, str) and "{{" in default else default
 
         return get
@@ -741,20 +742,6 @@ class Checker:
         value = self.value(host, name)
         if value is not UNSET and not pattern.match(str(value)):
             self.refuse(host, name, self.shown(value), expected, fix)
-
-    def _unique(self, host, name, values, key):
-        seen = set()
-        for index, value in enumerate(values):
-            if value in seen:
-                self.refuse(
-                    host,
-                    f"{name}[{index}].{key}",
-                    self.shown(value),
-                    f"a {key} no other entry has",
-                    f"rename or remove entry {index}",
-                    root=name,
-                )
-            seen.add(value)
 
     def check_services(self, host):
         """Each service's plan (inference.plan, the code of the role's plan module): what the engine cannot run, a
