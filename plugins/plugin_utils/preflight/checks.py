@@ -728,6 +728,7 @@ class Checker:
     def _getter(self, host):
         """name -> the host's value, else the default of the role that declares it (a template default counts as
         not set: its value is known only on the host)."""
+
         def get(name):
             value = self.value(host, name)
             if value is not UNSET:
