@@ -4,13 +4,13 @@ its reason; any other difference fails, naming the variable and the host."""
 
 import json
 import re
-import shutil
 from pathlib import Path
 
 import pytest
 import yaml
 from playbook_testlib import PLAYBOOK, run_ansible
 
+from inferhost.lab.context import uncomment_second_host, with_second_host
 from inferhost.sim import apt_repo
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -59,9 +59,11 @@ ALLOWED = {
 LAB_ONLY = re.compile(r"^lab_")
 
 
-def hostvars(inventory: str) -> tuple[dict, dict]:
+def hostvars(inventory: str | Path) -> tuple[dict, dict]:
+    """An inventory's host variables and listing: inventory/<name>, or the hosts.yml at a path."""
+    hosts = inventory if isinstance(inventory, Path) else f"inventory/{inventory}/hosts.yml"
     # Only what the inventory says: no facts cached by an earlier run.
-    proc = run_ansible("ansible-inventory", "-i", f"inventory/{inventory}/hosts.yml", "--list", check=True)
+    proc = run_ansible("ansible-inventory", "-i", str(hosts), "--list", check=True)
     listing = json.loads(proc.stdout)
     return listing["_meta"]["hostvars"], listing
 
@@ -75,11 +77,17 @@ def inventories():
     return hostvars("example"), hostvars("lab")
 
 
-@pytest.mark.parametrize("group", ["pve_hosts", "inference_containers", "inference_vms"])
-def test_the_lab_sets_what_the_example_sets(inventories, group):
-    (example, example_listing), (lab, lab_listing) = inventories
-    ex_host, lab_host = first_host(example_listing, group), first_host(lab_listing, group)
-    ex_vars, lab_vars = example[ex_host], lab[lab_host]
+@pytest.fixture(scope="module")
+def clusters(tmp_path_factory):
+    """inventory/example and inventory/lab with their second host's lines uncommented, as a site uncomments them."""
+    tmp = tmp_path_factory.mktemp("clusters")
+    return (
+        hostvars(with_second_host(ROOT / "inventory" / "example", tmp / "example")),
+        hostvars(with_second_host(ROOT / "inventory" / "lab", tmp / "lab")),
+    )
+
+
+def _differences(ex_host: str, ex_vars: dict, lab_host: str, lab_vars: dict) -> list[str]:
     problems = []
     for name in sorted(set(ex_vars) | set(lab_vars)):
         if name in ALLOWED or LAB_ONLY.match(name):
@@ -90,7 +98,26 @@ def test_the_lab_sets_what_the_example_sets(inventories, group):
             problems.append(f"{name}: set in the lab ({lab_host}), not in the example")
         elif ex_vars[name] != lab_vars[name]:
             problems.append(f"{name}: example {ex_vars[name]!r}, lab {lab_vars[name]!r}")
+    return problems
+
+
+@pytest.mark.parametrize("group", ["pve_hosts", "inference_containers", "inference_vms"])
+def test_the_lab_sets_what_the_example_sets(inventories, group):
+    (example, example_listing), (lab, lab_listing) = inventories
+    ex_host, lab_host = first_host(example_listing, group), first_host(lab_listing, group)
+    problems = _differences(ex_host, example[ex_host], lab_host, lab[lab_host])
     assert not problems, f"inventory/lab differs from inventory/example on {group}:\n" + "\n".join(problems)
+
+
+@pytest.mark.parametrize("group", ["pve_hosts", "inference_containers", "inference_vms"])
+def test_the_labs_second_host_sets_what_the_examples_second_host_sets(clusters, group):
+    """Both inventories with their second host uncommented: the lab's second host of each group against the
+    example's, with the same allowed differences as the first."""
+    (example, example_listing), (lab, lab_listing) = clusters
+    ex_hosts, lab_hosts = sorted(example_listing[group]["hosts"]), sorted(lab_listing[group]["hosts"])
+    assert len(ex_hosts) == len(lab_hosts) == 2, (ex_hosts, lab_hosts)
+    problems = _differences(ex_hosts[1], example[ex_hosts[1]], lab_hosts[1], lab[lab_hosts[1]])
+    assert not problems, f"the lab's second host differs from the example's on {group}:\n" + "\n".join(problems)
 
 
 def test_every_allowed_difference_is_still_a_difference(inventories):
@@ -112,17 +139,26 @@ def test_no_role_or_playbook_reads_the_lab_driver_data():
     assert not used, f"the lab driver's variables (lab_*) are read by: {used}"
 
 
-def test_the_fake_api_serves_the_guests_the_inventory_names(inventories):
-    _, (lab, lab_listing) = inventories
-    hv = lab[first_host(lab_listing, "pve_hosts")]
-    fake, px = hv["lab_proxmox"], hv["inferhost_proxmox"]
-    assert (fake["node"], fake["container"]["vmid"], fake["vm"]["vmid"]) == (
-        hv["pve_api_node"],
-        px["container_vmid"],
-        px["vm_vmid"],
-    )
-    # The host reaches the fake where a PVE host reaches its own API, as the same user.
-    assert (fake["host"], fake["port"], fake["user"]) == (hv["pve_api_host"], hv["pve_api_port"], hv["pve_api_user"])
+def test_the_fake_api_serves_the_guests_the_inventory_names(clusters):
+    """Each lab host's node on the fake API (lab_node) has the inventory's node name and guest ids, and the hosts
+    reach the one API where a PVE host reaches its own, as the same user."""
+    _, (lab, lab_listing) = clusters
+    hosts = sorted(lab_listing["pve_hosts"]["hosts"])
+    for host in hosts:
+        hv = lab[host]
+        node, px = hv["lab_node"], hv["inferhost_proxmox"]
+        assert (node["name"], node["container"]["vmid"], node["vm"]["vmid"]) == (
+            hv["pve_api_node"],
+            px["container_vmid"],
+            px["vm_vmid"],
+        ), host
+        fake = hv["lab_proxmox"]
+        assert (fake["host"], fake["port"], fake["user"]) == (
+            hv["pve_api_host"],
+            hv["pve_api_port"],
+            hv["pve_api_user"],
+        )
+    assert len({lab[h]["lab_node"]["name"] for h in hosts}) == len(hosts) == 2
 
 
 def test_the_stand_in_repository_serves_the_pins(inventories):
@@ -147,20 +183,19 @@ def test_the_stand_in_driver_builds_no_module():
         assert ".ko" not in pkg.get("postinst", ""), pkg["name"]
 
 
-def _uncomment_the_second_host(hosts_yml: str) -> str:
-    """inventory/example's hosts.yml with its second host (the commented entries under each group) listed."""
-    lines = hosts_yml.splitlines()
-    out = [re.sub(r"^(\s+)# ((?:pve2|inference-ct2|inference-vm2):|  ansible_host: )", r"\1\2", line) for line in lines]
-    return "\n".join(out) + "\n"
+def test_only_the_tagged_comments_are_uncommented():
+    """The second host's lines are commented YAML tagged at their end; other comments stay as they are."""
+    text = "a:\n  # b: 1   # second host\n  # a comment\n  #   c: 2 # second host\n  d: 3 # second host\n"
+    assert (
+        uncomment_second_host(text)
+        == "a:\n  b: 1   # second host\n  # a comment\n    c: 2 # second host\n  d: 3 # second host\n"
+    )
 
 
 def test_the_example_as_a_two_host_cluster_passes_the_validation_play(tmp_path):
     """inventory/example with its second host uncommented: each host with its own guests, node name and GPUs, every
     guest naming its host; the validation play accepts it, and the wiring gives each host its own guests."""
-    site = tmp_path / "site"
-    shutil.copytree(ROOT / "inventory" / "example", site)
-    hosts = site / "hosts.yml"
-    hosts.write_text(_uncomment_the_second_host(hosts.read_text()))
+    hosts = with_second_host(ROOT / "inventory" / "example", tmp_path / "site")
     listing = yaml.safe_load(hosts.read_text())["all"]["children"]
     assert sorted(listing["pve_hosts"]["hosts"]) == ["pve1", "pve2"]
     assert sorted(listing["inference_containers"]["hosts"]) == ["inference-ct", "inference-ct2"]
@@ -179,6 +214,9 @@ def test_the_example_as_a_two_host_cluster_passes_the_validation_play(tmp_path):
     assert ids["pve1"] != ids["pve2"] and not set(ids["pve1"]) & set(ids["pve2"])
     assert (hv["pve1"]["pve_api_node"], hv["pve2"]["pve_api_node"]) == ("pve1", "pve2")
     assert (hv["inference-ct"]["inferhost_pve_host"], hv["inference-ct2"]["inferhost_pve_host"]) == ("pve1", "pve2")
+    # The model across both hosts is one service of both containers, the head first.
+    spanning = [s for s in hv["inference-ct2"]["inference_service_services"] if s.get("nodes")]
+    assert [s["nodes"] for s in spanning] == [["inference-ct", "inference-ct2"]]
     # A move on one host of the cluster reaches that host alone.
     proc = run_ansible(
         PLAYBOOK,

@@ -2,6 +2,7 @@
 
     inferhost-lab up        build what is missing, start the lab, converge site.yml, move the GPUs to the
                             VM and back with gpu-switch, validate the inference service, print a summary
+                            (--hosts 2: a cluster of two hosts, the inventory's second host uncommented)
     inferhost-lab converge  converge site.yml again (add --check for a dry run)
     inferhost-lab deploy    the README's deployment order against the running lab, each playbook on its own
     inferhost-lab ssh HOST  a shell (or a command) on a lab machine, as the inventory reaches it
@@ -23,7 +24,7 @@ from .context import ROOT, LabError
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    journey.up(check=args.check)
+    journey.up(check=args.check, host_count=args.hosts)
     return 0
 
 
@@ -56,6 +57,13 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     up = sub.add_parser("up", help="start the lab and converge site.yml")
     up.add_argument("--check", action="store_true", help="converge in check mode (with --diff)")
+    up.add_argument(
+        "--hosts",
+        type=int,
+        choices=(1, 2),
+        default=1,
+        help="Proxmox hosts of one cluster, each with its container and VM (2: the inventory's second host)",
+    )
     conv = sub.add_parser("converge", help="converge site.yml against the running lab")
     conv.add_argument("--check", action="store_true", help="check mode (with --diff): show, change nothing")
     sub.add_parser("deploy", help="the README's deployment order, each playbook alone with a cold fact cache")

@@ -20,7 +20,19 @@ from inferhost.runner import PlaybookResult
 from inferhost.sim import apt_repo, checkpoint, engine_index
 
 from .api import api_summary, fakepve_pid, remove_fakepve_files, start_fakepve, stop_fakepve
-from .context import CONTAINER_PREFIX, ENGINE_INDEX, ROOT, STANDIN_REPO, STATE, UV_CACHE, Lab, LabError, pve_host
+from .context import (
+    CONTAINER_PREFIX,
+    ENGINE_INDEX,
+    HOST_COUNT,
+    ROOT,
+    STANDIN_REPO,
+    STATE,
+    UV_CACHE,
+    Lab,
+    LabError,
+    pve_host,
+    pve_hosts,
+)
 from .machines import (
     build_images,
     machine_running,
@@ -28,6 +40,7 @@ from .machines import (
     power_machines,
     reboot_host,
     remove_containers,
+    remove_network,
     start_containers,
 )
 from .playbooks import cold_fact_cache, left_for_later, playbook
@@ -108,6 +121,8 @@ def bring_up(lab: Lab) -> None:
     """Everything the lab needs before its first converge, each step kept when it is in place already: the
     images, the fake API, the stand-in repository, the machines (the host with its GPUs first), each guest's
     machine on or off as the API has it, and the stand-in engine in the containers that run."""
+    STATE.mkdir(parents=True, exist_ok=True)
+    HOST_COUNT.write_text(f"{len(pve_hosts(lab))}\n")  # what the commands that follow run on
     lab.step("base images", build_images, lab)
     lab.step("fake Proxmox API", start_fakepve, lab)
     lab.step("stand-in NVIDIA repository", build_standin_repo, lab)
@@ -121,28 +136,32 @@ def bring_up(lab: Lab) -> None:
 
 
 def converge(lab: Lab, check: bool = False) -> PlaybookResult:
-    return playbook(ROOT / "site.yml", check=check)
+    return playbook(ROOT / "site.yml", check=check, inventory=lab.inventory)
 
 
-def move_gpus(lab: Lab, to: str) -> str:
-    """playbooks/gpu_switch.yml, as a user runs it; returns where the GPUs are and what the move did."""
-    result = playbook(ROOT / "playbooks" / "gpu_switch.yml", extravars={"gpu_switch_to": to})
-    moves = result.results_of("Move the GPUs to the requested guest")
+def move_gpus(lab: Lab, to: str, hosts: str | None = None) -> str:
+    """playbooks/gpu_switch.yml, as a user runs it, on every host or on those of the pattern hosts
+    (gpu_switch_hosts); returns where each host's GPUs are and what its move did."""
+    extravars = {"gpu_switch_to": to, **({"gpu_switch_hosts": hosts} if hosts else {})}
+    result = playbook(ROOT / "playbooks" / "gpu_switch.yml", extravars=extravars, inventory=lab.inventory)
+    moves = {host: res for host, task, res in result.ok_results if task == "Move the GPUs to the requested guest"}
     if not moves:
         raise LabError("gpu_switch.yml reported no move")
-    move = moves[0]
-    if move.get("owner") != to:
-        raise LabError(f"gpu-switch to-{to} left the GPUs with {move.get('owner')}")
-    done = sum(1 for step in move.get("steps", []) if step.get("state") == "done")
-    return (
-        f"owner={move['owner']} gpus={len(move.get('gpus', []))} changed={move.get('changed')} "
-        f"CT {move['container']['status']}, VM {move['vm']['status']}, {done} steps"
-    )
+    notes = []
+    for host, move in sorted(moves.items()):
+        if move.get("owner") != to:
+            raise LabError(f"{host}: gpu-switch to-{to} left the GPUs with {move.get('owner')}")
+        done = sum(1 for step in move.get("steps", []) if step.get("state") == "done")
+        notes.append(
+            f"{host + ': ' if len(moves) > 1 else ''}owner={move['owner']} gpus={len(move.get('gpus', []))} "
+            f"changed={move.get('changed')} CT {move['container']['status']}, VM {move['vm']['status']}, {done} steps"
+        )
+    return "; ".join(notes)
 
 
-def gpu_switch_over_ssh(lab: Lab, to: str) -> str:
+def gpu_switch_over_ssh(lab: Lab, to: str, host: str | None = None) -> str:
     """`ssh root@<host> gpu-switch to-<guest>`, as the README's deployment order has the user do it."""
-    host = pve_host(lab)
+    host = host or pve_host(lab)
     argv = [*ssh_argv(lab, host), "gpu-switch", "--json", f"to-{to}"]
     proc = subprocess.run(argv, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
@@ -159,14 +178,20 @@ def deploy_in_order(lab: Lab) -> list[tuple[str, float, str, object]]:
     gpu-switch to-ct. Each step as (name, seconds, note, what it returned)."""
     playbooks = ROOT / "playbooks"
     steps = [
-        ("host.yml", lambda cache: playbook(playbooks / "host.yml", fact_cache=cache)),
+        ("host.yml", lambda cache: playbook(playbooks / "host.yml", fact_cache=cache, inventory=lab.inventory)),
         ("reboot the host", lambda _: reboot_host(lab)),
         # As the README says: after the reboot, host.yml again (its facts now name the module that runs).
-        ("host.yml after the reboot", lambda cache: playbook(playbooks / "host.yml", fact_cache=cache)),
-        ("container.yml", lambda cache: playbook(playbooks / "container.yml", fact_cache=cache)),
-        ("validate.yml", lambda cache: validate(lab, fact_cache=cache)),
+        (
+            "host.yml after the reboot",
+            lambda cache: playbook(playbooks / "host.yml", fact_cache=cache, inventory=lab.inventory),
+        ),
+        (
+            "container.yml",
+            lambda cache: playbook(playbooks / "container.yml", fact_cache=cache, inventory=lab.inventory),
+        ),
+        ("validate.yml", lambda cache: validate(lab, fact_cache=cache, inventory=lab.inventory)),
         ("gpu-switch to-vm", lambda _: gpu_switch_over_ssh(lab, "vm")),
-        ("vm.yml", lambda cache: playbook(playbooks / "vm.yml", fact_cache=cache)),
+        ("vm.yml", lambda cache: playbook(playbooks / "vm.yml", fact_cache=cache, inventory=lab.inventory)),
         ("gpu-switch to-ct", lambda _: gpu_switch_over_ssh(lab, "ct")),
     ]
     done = []
@@ -185,6 +210,7 @@ def validate(lab: Lab, fact_cache: Path | None = None) -> str:
         ROOT / "playbooks" / "validate.yml",
         extravars={"validate_checks": ["smoke"], "validate_hosts": "inference_containers"},
         fact_cache=fact_cache,
+        inventory=lab.inventory,
     )
     smoke = result.results_of("Ask for one token, the prompts, a tool call and a metric")
     if not smoke:
@@ -219,15 +245,18 @@ def _converge_step(lab: Lab, check: bool) -> PlaybookResult:
     return result
 
 
-def up(check: bool) -> None:
-    """`inferhost-lab up`: the bring-up, site.yml, the GPUs to the VM for vm.yml and back, the validation."""
-    lab = Lab.from_inventory()
+def up(check: bool, host_count: int = 1) -> None:
+    """`inferhost-lab up`: the bring-up, site.yml, the GPUs to the VM for vm.yml and back, the validation; on each
+    host of a lab of two. A lab of one host that runs takes its second host in: the fake API has its node already."""
+    lab = Lab.from_inventory(host_count)
     bring_up(lab)
     result = _converge_step(lab, check)
     if not check:
         # The VM is off while the container holds the GPUs: site.yml left it for later. Converge it holding them.
         lab.step("gpu-switch to-vm", move_gpus, lab, "vm")
-        lab.step("vm.yml", lambda: f"changed={playbook(ROOT / 'playbooks' / 'vm.yml').changed}")
+        lab.step(
+            "vm.yml", lambda: f"changed={playbook(ROOT / 'playbooks' / 'vm.yml', inventory=lab.inventory).changed}"
+        )
         lab.step("gpu-switch to-ct", move_gpus, lab, "ct")
         lab.step("validate.yml (smoke)", validate, lab)
     lab.step("Proxmox API state", api_summary, lab)
@@ -270,11 +299,14 @@ def status() -> None:
 
 
 def down() -> None:
-    """`inferhost-lab down`: the machines removed, the fake API stopped, its files and the SSH keys gone."""
-    lab = Lab.from_inventory()
+    """`inferhost-lab down`: the machines removed (those of a lab of two hosts, whichever ran), the fake API stopped,
+    its files, the guests' network and the SSH keys gone."""
+    lab = Lab.from_inventory(2)
     remove_containers(lab)
     stop_fakepve()
     remove_fakepve_files()
+    remove_network(lab)
+    HOST_COUNT.unlink(missing_ok=True)
     # The next lab gets new keys.
     shutil.rmtree(SSH_DIR, ignore_errors=True)
     print("lab removed")

@@ -17,8 +17,19 @@ from pathlib import Path
 # __init__.
 from inferhost.sim import pve_power
 
-from .api import api_client, guest_machines
-from .context import CONTAINER_PREFIX, ENGINE_INDEX, ROOT, STANDIN_REPO, STATE, UV_CACHE, Lab, LabError, pve_host
+from .api import api_client, guest_machines, lab_node
+from .context import (
+    CONTAINER_PREFIX,
+    ENGINE_INDEX,
+    ROOT,
+    STANDIN_REPO,
+    STATE,
+    UV_CACHE,
+    Lab,
+    LabError,
+    pve_host,
+    pve_hosts,
+)
 from .playbooks import playbook
 from .ssh import prepare_ssh, ssh_endpoint, ssh_volumes, wait_for_ssh
 
@@ -66,7 +77,7 @@ def _machine_argv(lab: Lab, host: str, hv: dict) -> list[str]:
         argv += ["--network", "host"]
     else:
         address, port = ssh_endpoint(hv)
-        argv += ["-p", f"{address}:{port}:22"]
+        argv += ["--network", hv["lab_network"]["name"], "--ip", hv["lab_address"], "-p", f"{address}:{port}:22"]
     command = ["/sbin/init"]
     if host in lab.groups.get("pve_hosts", []):
         # A Proxmox VE node has its cluster's CA; the lab host has the fake API's certificate there.
@@ -118,8 +129,9 @@ def start_machine(lab: Lab, host: str) -> None:
 def pass_api_devices(lab: Lab, host: str) -> None:
     """The container's device nodes from its devN entries in the API, as PVE makes them at its start."""
     vmid = next(v for v, h in guest_machines(lab).items() if h == host)
-    config = api_client(lab).config("lxc", vmid)
-    node = CONTAINER_PREFIX + lab.hosts[host]["inferhost_pve_host"]
+    pve = lab.hosts[host]["inferhost_pve_host"]
+    config = api_client(lab, pve).config("lxc", vmid)
+    node = CONTAINER_PREFIX + pve
 
     def run(*argv):
         return podman(*argv, check=False)
@@ -130,10 +142,22 @@ def pass_api_devices(lab: Lab, host: str) -> None:
         raise LabError(f"{host}: {exc}") from exc
 
 
+def ensure_network(lab: Lab) -> None:
+    """The guests' network (lab_network), with the subnet their fixed addresses are on."""
+    network = next(iter(lab.hosts.values()))["lab_network"]
+    if podman("network", "exists", network["name"], check=False).returncode != 0:
+        podman("network", "create", "--subnet", network["subnet"], network["name"])
+
+
+def remove_network(lab: Lab) -> None:
+    podman("network", "rm", "-f", next(iter(lab.hosts.values()))["lab_network"]["name"], check=False)
+
+
 def start_containers(lab: Lab) -> str:
     """The lab's machines: the Proxmox hosts with their simulated GPUs first, then the guests, which see them."""
     prepare_ssh(lab)
-    hosts = [h for h in sorted(lab.hosts) if h in lab.groups.get("pve_hosts", [])]
+    ensure_network(lab)
+    hosts = pve_hosts(lab)
     started = _start_machines(lab, hosts)
     install_gpus(lab)  # the host machine's hardware, before anything looks at it (a no-op when in place)
     started += _start_machines(lab, [h for h in sorted(lab.hosts) if h not in hosts])
@@ -180,35 +204,44 @@ def wait_for_systemd(name: str, timeout: float = 120) -> None:
 
 
 def install_gpus(lab: Lab) -> str:
-    """The lab host's hardware: the GPUs of its lab_gpus, simulated (src/inferhost/sim/gpus.yml) and seen in
+    """Each lab host's hardware: the GPUs of its lab_gpus, simulated (src/inferhost/sim/gpus.yml) and seen in
     /sys and /proc as on a real host. The inventory's inferhost_gpus names them, as a user's names theirs."""
-    host = pve_host(lab)
-    gpus = lab.hosts[host]["lab_gpus"]
-    extravars = {"sim_gpus": gpus, "sim_gpus_modules": lab.hosts[host]["lab_gpu_modules"]}
-    result = playbook(SIM_GPUS, extravars=extravars, limit=host)
-    return f"{len(gpus)} GPUs on {host}, changed={result.changed}"
+    done = []
+    for host in pve_hosts(lab):
+        gpus = lab.hosts[host]["lab_gpus"]
+        extravars = {"sim_gpus": gpus, "sim_gpus_modules": lab.hosts[host]["lab_gpu_modules"]}
+        result = playbook(SIM_GPUS, extravars=extravars, limit=host, inventory=lab.inventory)
+        done.append(f"{len(gpus)} GPUs on {host}, changed={result.changed}")
+    return "; ".join(done)
 
 
 def power_machines(lab: Lab) -> str:
     """Each guest's machine on or off as the API has the guest, as on a host: a stopped guest is not running."""
-    api, px, done = api_client(lab), lab.proxmox, []
-    for kind, guest in (("lxc", px["container"]), ("qemu", px["vm"])):
-        host = guest_machines(lab)[guest["vmid"]]
-        status = api.status(kind, guest["vmid"])
-        running = machine_running(host)
-        if status == "running" and not running:
-            start_machine(lab, host)
-            wait_for_ssh(host, lab.hosts[host])
-        elif status != "running" and running:
-            podman("stop", "-t", "10", CONTAINER_PREFIX + host)
-        done.append(f"{host} {status}")
+    done = []
+    for pve in pve_hosts(lab):
+        api, node = api_client(lab, pve), lab_node(lab, pve)
+        for kind, guest in (("lxc", node["container"]), ("qemu", node["vm"])):
+            done.append(_power_machine(lab, api, kind, guest["vmid"]))
     return ", ".join(done)
 
 
-def reboot_host(lab: Lab) -> str:
-    """The lab's stand-in for the host's reboot: its machine restarts (systemd from the start, /run emptied, so
-    the reboot marker is gone) and the simulated GPUs boot with the nvidia module of the installed driver."""
-    host = pve_host(lab)
+def _power_machine(lab: Lab, api, kind: str, vmid: int) -> str:
+    host = guest_machines(lab)[vmid]
+    status = api.status(kind, vmid)
+    running = machine_running(host)
+    if status == "running" and not running:
+        start_machine(lab, host)
+        wait_for_ssh(host, lab.hosts[host])
+    elif status != "running" and running:
+        podman("stop", "-t", "10", CONTAINER_PREFIX + host)
+    return f"{host} {status}"
+
+
+def reboot_host(lab: Lab, host: str | None = None) -> str:
+    """The lab's stand-in for a host's reboot (default the first host's): its machine restarts (systemd from the
+    start, /run emptied, so the reboot marker is gone) and the simulated GPUs boot with the nvidia module of the
+    installed driver."""
+    host = host or pve_host(lab)
     name = CONTAINER_PREFIX + host
     podman("restart", "-t", "5", name)
     wait_for_systemd(name)

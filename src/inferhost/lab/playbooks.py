@@ -1,4 +1,4 @@
-"""Playbook runs against the lab: one ansible-playbook run through ansible-runner on inventory/lab, its failure as
+"""Playbook runs against the lab: one ansible-playbook run through ansible-runner on the lab's inventory, its failure as
 a LabError, an empty fact cache for a run that must see the machines as a new controller does, and what a run's
 results say (the guests it left for later, the reasons host.yml gives for a reboot).
 """
@@ -10,7 +10,7 @@ from pathlib import Path
 
 from inferhost.runner import PlaybookResult, run_playbook
 
-from .context import INVENTORY, ROOT, STATE, LabError
+from .context import ROOT, STATE, LabError, current_inventory
 
 
 def cold_fact_cache(name: str) -> Path:
@@ -20,12 +20,18 @@ def cold_fact_cache(name: str) -> Path:
     return cache
 
 
-def playbook(path: Path, *, fact_cache: Path | None = None, **options):
-    """One ansible-playbook run on the lab's inventory; options: run_playbook's (check, extravars, limit, tags);
-    fact_cache: a directory of its own (a cold cache, as on another controller)."""
+def playbook(path: Path, *, fact_cache: Path | None = None, inventory: Path | None = None, **options):
+    """One ansible-playbook run on the lab's inventory (default: the running lab's, of one host or two); options:
+    run_playbook's (check, extravars, limit, tags); fact_cache: a directory of its own (a cold cache, as on another
+    controller)."""
     env = {"ANSIBLE_CACHE_PLUGIN_CONNECTION": str(fact_cache)} if fact_cache else None
     result = run_playbook(
-        path, inventory=INVENTORY / "hosts.yml", private_dir=STATE / "runner", env=env, project_dir=ROOT, **options
+        path,
+        inventory=inventory or current_inventory(),
+        private_dir=STATE / "runner",
+        env=env,
+        project_dir=ROOT,
+        **options,
     )
     if result.status != "successful":
         name = path.relative_to(ROOT).as_posix()

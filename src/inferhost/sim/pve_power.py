@@ -1,11 +1,11 @@
 """The lab's fake Proxmox API with machines behind its guests: fakepve, whose guests' power drives podman.
 
-    python -m inferhost.sim.pve_power GUESTS.json --machine VMID=CONTAINER ... --node-machine CONTAINER
+    python -m inferhost.sim.pve_power GUESTS.json --machine VMID=CONTAINER ... --node-machine NODE=CONTAINER ...
         [fakepve's own options]
 
 fakepve keeps a guest's status as data, so on its own a guest it calls stopped keeps running and the lab's
 plays reach a machine a real host would have switched off. Here a guest's status change is the machine's:
-a start runs the guest's hookscript (``pre-start``, on the node's machine, as PVE runs it on the node) and
+a start runs the guest's hookscript (``pre-start``, on its node's machine, as PVE runs it on the node) and
 fails the start task when the hook refuses, then starts the machine; a stop stops the machine, then runs
 ``post-stop``. A guest without a machine behaves as fakepve's own.
 
@@ -86,10 +86,14 @@ def pass_devices(machine: str, devices: list[tuple[str, str]], run=_podman) -> N
 
 
 class Machines:
-    """Which podman container runs each guest, and which one is the node that runs the hookscripts."""
+    """Which podman container runs each guest, and which one is each node, where its guests' hookscripts run and
+    their device nodes are read."""
 
-    def __init__(self, guests: dict[int, str], node: str | None):
-        self.guests, self.node = guests, node
+    def __init__(self, guests: dict[int, str], nodes: dict[str, str]):
+        self.guests, self.nodes = guests, nodes
+
+    def node_of(self, guest) -> str | None:
+        return self.nodes.get(guest.node)
 
     def podman(self, *argv: str) -> subprocess.CompletedProcess:
         return _podman(*argv)
@@ -97,13 +101,14 @@ class Machines:
     def hook(self, guest, phase: str) -> None:
         """Run the guest's hookscript for phase on the node; raise TaskError as PVE fails the task."""
         volume = guest.config.get("hookscript")
-        if not volume or not self.node:
+        node = self.node_of(guest)
+        if not volume or not node:
             return
         storage, _, path = volume.partition(":")
         if storage not in STORAGE_PATHS or not path.startswith("snippets/"):
             raise TaskError(f"hookscript error for {guest.vmid} on {phase}: the lab knows no storage {storage!r}")
         script = f"{STORAGE_PATHS[storage]}/{path}"
-        proc = self.podman("exec", self.node, script, str(guest.vmid), phase)
+        proc = self.podman("exec", node, script, str(guest.vmid), phase)
         if proc.returncode != 0:
             detail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or [""]
             raise TaskError(
@@ -117,7 +122,9 @@ class Machines:
             return
         if after == "running" and before != "running":
             self.hook(guest, "pre-start")
-            devices = read_devices(self.node, guest.config, self.podman) if isinstance(guest, FakeCt) else None
+            devices = (
+                read_devices(self.node_of(guest), guest.config, self.podman) if isinstance(guest, FakeCt) else None
+            )
             proc = self.podman("start", machine)
             if proc.returncode != 0:
                 raise TaskError(f"start of {machine} failed: {proc.stderr.strip()}")
@@ -132,16 +139,16 @@ class Machines:
 
     def hotplug(self, guest) -> None:
         """A running container's new devN entries, made in its machine at once; PVE logs a failed hotplug."""
-        machine = self.guests.get(guest.vmid)
-        if machine is None or not self.node:
+        machine, node = self.guests.get(guest.vmid), self.node_of(guest)
+        if machine is None or not node:
             return
         try:
-            pass_devices(machine, read_devices(self.node, guest.config, self.podman), self.podman)
+            pass_devices(machine, read_devices(node, guest.config, self.podman), self.podman)
         except TaskError as exc:
             print(f"CT {guest.vmid}: hotplug of its devices failed: {exc}", file=sys.stderr, flush=True)
 
 
-MACHINES = Machines({}, None)
+MACHINES = Machines({}, {})
 
 
 class _Powered:
@@ -200,13 +207,20 @@ def _machine(text: str) -> tuple[int, str]:
     return int(vmid), name
 
 
+def _node_machine(text: str) -> tuple[str, str]:
+    node, sep, name = text.partition("=")
+    if not sep or not node or not name:
+        raise argparse.ArgumentTypeError(f"expected NODE=CONTAINER, got {text!r}")
+    return node, name
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("--machine", type=_machine, action="append", default=[])
-    parser.add_argument("--node-machine")
+    parser.add_argument("--node-machine", type=_node_machine, action="append", default=[])
     ours, rest = parser.parse_known_args(argv)
     MACHINES.guests.update(dict(ours.machine))
-    MACHINES.node = ours.node_machine
+    MACHINES.nodes.update(dict(ours.node_machine))
     fakepve_main.FakePve = PoweredPve
     sys.argv = ["fakepve", *rest]
     fakepve_main.main()
