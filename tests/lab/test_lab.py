@@ -9,6 +9,7 @@ import shlex
 import subprocess
 
 import pytest
+from lab_testlib import ansible_playbook, on, running, service
 from pve_api import ApiError
 
 from inferhost import lab as labmod
@@ -16,22 +17,6 @@ from inferhost import lab as labmod
 pytestmark = pytest.mark.lab
 # The lab's service: the real vLLM (its CPU build) with the lab's test checkpoint.
 UNIT = "inference-lab-vllm.service"
-
-
-@pytest.fixture(scope="module")
-def lab():
-    labmod.cmd_down(None)
-    the_lab = labmod.Lab.from_inventory()
-    labmod.bring_up(the_lab)
-    yield the_lab
-    labmod.cmd_down(None)
-
-
-@pytest.fixture(scope="module")
-def deployed(lab):
-    """host.yml, the host's reboot, host.yml, container.yml, validate.yml, gpu-switch to-vm, vm.yml, gpu-switch
-    to-ct, in that order."""
-    return {name: (seconds, result) for name, seconds, _, result in labmod.deploy_in_order(lab)}
 
 
 def test_the_lab_is_reached_over_ssh_with_its_host_keys_checked(lab):
@@ -69,24 +54,19 @@ def _written_since_stamp(lab) -> dict[str, list[str]]:
     directories whose only news is an entry of _NOT_CHANGES."""
     find = f"find / -xdev -newer {_STAMP} ! -path {_STAMP} -print | sort"
     written = {}
-    for host in _running(lab):
-        paths = _on(lab, host, find).splitlines()
+    for host in running(lab):
+        paths = on(lab, host, find).splitlines()
         dropped = [path for path in paths if _NOT_CHANGES.search(path)]
         explained = {path.rsplit("/", 1)[0] or "/" for path in dropped}
         written[host] = [path for path in paths if path not in dropped and path not in explained]
     return written
 
 
-def _running(lab) -> list[str]:
-    """The lab machines that run: the guest the API has stopped is off, as on a real host."""
-    return [host for host in sorted(lab.hosts) if labmod.machine_running(host)]
-
-
 def test_the_machines_follow_the_api_and_the_hookscript_guards_the_start(lab):
     """The VM the API has stopped is off; starting it through the API runs its hookscript's pre-start on the
     host, as PVE does. Before host.yml attached one, nothing guards it; the guard itself is proven below."""
     assert labmod.guest_status(lab) == ("running", "stopped")
-    assert _running(lab) == ["lab-ct", "lab-pve"]
+    assert running(lab) == ["lab-ct", "lab-pve"]
     unreachable = subprocess.run([*labmod.ssh_argv(lab, "lab-vm"), "true"], capture_output=True, check=False)
     assert unreachable.returncode == 255
 
@@ -95,8 +75,8 @@ def test_a_fresh_lab_in_check_mode_shows_the_changes(lab):
     """Against machines that were never converged, --check lists the changes and makes none: no file on any
     machine is written (find -newer a stamp left just before) and the guests' API state stays as it was. The
     VM is off: the run says so by name and leaves it for later, with a success status."""
-    for host in _running(lab):
-        _on(lab, host, f"touch {_STAMP} && sleep 0.01")
+    for host in running(lab):
+        on(lab, host, f"touch {_STAMP} && sleep 0.01")
     configs = labmod.guest_configs(lab)
     planned = labmod.converge(lab, check=True)
     assert planned.changed > 0
@@ -104,7 +84,7 @@ def test_a_fresh_lab_in_check_mode_shows_the_changes(lab):
     assert {"lab-pve", "lab-ct"} <= changed_hosts and "lab-vm" not in changed_hosts
     assert list(labmod.left_for_later(planned)) == ["lab-vm"]
     assert "lab-vm left for later" in labmod.left_for_later(planned)["lab-vm"]
-    assert _written_since_stamp(lab) == {host: [] for host in _running(lab)}, "check mode wrote on the machines"
+    assert _written_since_stamp(lab) == {host: [] for host in running(lab)}, "check mode wrote on the machines"
     assert labmod.guest_configs(lab) == configs, "check mode changed the guests' API state"
 
 
@@ -143,7 +123,7 @@ def test_the_container_play_alone_reads_the_hosts_driver_version(lab, deployed):
     # The version it compared is the one the host runs: with the host's module at another version (written into
     # the simulated GPUs' tree), the pin is refused, naming both (the module's version is put back afterwards).
     module = "/var/lib/inferhost-sim/sys/module/nvidia/version"
-    _on(lab, "lab-pve", f"cp -p {module} /root/nvidia-version.keep && echo 590.99.01 > {module}")
+    on(lab, "lab-pve", f"cp -p {module} /root/nvidia-version.keep && echo 590.99.01 > {module}")
     try:
         with pytest.raises(
             labmod.LabError, match=r"userspace 590\.48\.01, but the host lab-pve runs the driver 590\.99\.01"
@@ -156,7 +136,7 @@ def test_the_container_play_alone_reads_the_hosts_driver_version(lab, deployed):
                 fact_cache=labmod.cold_fact_cache("container-alone-other-driver"),
             )
     finally:
-        _on(lab, "lab-pve", f"cp /root/nvidia-version.keep {module}")
+        on(lab, "lab-pve", f"cp /root/nvidia-version.keep {module}")
 
 
 def test_after_the_deployment_site_yml_changes_nothing(lab, deployed):
@@ -181,16 +161,16 @@ def test_gpu_switch_playbook_moves_the_gpus_to_the_vm_and_back(lab, deployed):
 
     assert labmod.move_gpus(lab, "vm").startswith("owner=vm gpus=8 changed=True")
     assert labmod.guest_status(lab) == ("stopped", "running")
-    assert _running(lab) == ["lab-pve", "lab-vm"]
+    assert running(lab) == ["lab-pve", "lab-vm"]
     # The VM holds the GPUs: site.yml now converges it and leaves the container for later.
     held = labmod.converge(lab)
     assert held.changed == 0, held.changed_tasks
     assert list(labmod.left_for_later(held)) == ["lab-ct"]
     # The hookscript refuses to start the container while the VM holds the GPUs, and it stays off.
-    api, ct = labmod.api_client(lab), lab.proxmox["container"]["vmid"]
+    api, ct = labmod.api_client(lab), labmod.lab_node(lab)["container"]["vmid"]
     with pytest.raises(ApiError, match="hookscript error for 101 on pre-start"):
         api.wait(api.post("lxc", ct, "start"), 30, "CT start")
-    assert _running(lab) == ["lab-pve", "lab-vm"] and labmod.guest_status(lab)[0] == "stopped"
+    assert running(lab) == ["lab-pve", "lab-vm"] and labmod.guest_status(lab)[0] == "stopped"
 
     assert labmod.move_gpus(lab, "ct").startswith("owner=ct gpus=8 changed=True")
     assert labmod.guest_status(lab) == ("running", "stopped")
@@ -203,42 +183,36 @@ def test_validate_asks_the_service_its_questions(lab, deployed):
     assert "3/3 prompts answered well" in labmod.validate(lab)
 
 
-def _service(lab) -> dict:
-    return lab.hosts["lab-ct"]["inference_service_services"][0]
-
-
 def test_the_key_is_on_no_command_line_and_in_no_environment_another_user_can_read(lab, deployed):
     """The unit hands the key from its root-only file to the engine: no process shows it in its command line,
     and only the service's own user (and root) could read an environment that holds it."""
     key = lab.hosts["lab-ct"]["inference_service_api_key"]
     # Nothing here carries the key on its own command line: the processes are listed, the key looked for here.
-    cmdlines = _on(
-        lab, "lab-ct", "for p in /proc/[0-9]*; do echo \"$p $(tr '\\0' ' ' < $p/cmdline 2>/dev/null)\"; done"
-    )
+    cmdlines = on(lab, "lab-ct", "for p in /proc/[0-9]*; do echo \"$p $(tr '\\0' ' ' < $p/cmdline 2>/dev/null)\"; done")
     assert [line for line in cmdlines.splitlines() if key in line] == []
     # The environments that hold the key's variables are the service's user's (vLLM's process titles write over
     # the environment block the kernel shows, so the engine's own may show none).
-    holders = _on(
+    holders = on(
         lab, "lab-ct",
         "for p in /proc/[0-9]*; do tr '\\0' '\\n' < $p/environ 2>/dev/null"
         " | grep -q '^VLLM_API_KEY=\\|^INFERHOST_API_KEY=' && stat -c %U $p; done | sort -u",
     ).split()  # fmt: skip
     assert set(holders) <= {lab.hosts["lab-ct"].get("inference_service_user", "inferhost")}, holders
     # And the engine holds it: without it, 401.
-    port = _service(lab)["port"]
+    port = service(lab)["port"]
     url = f"http://127.0.0.1:{port}/v1/models"
     ask = f"import urllib.request as u\ntry: u.urlopen('{url}')\nexcept Exception as e: print(e)"
-    assert "401" in _on(lab, "lab-ct", f"python3 -c {shlex.quote(ask)}")
-    mode = _on(lab, "lab-ct", "stat -c '%a %U' /etc/inferhost/services/lab-vllm.secret.env")
+    assert "401" in on(lab, "lab-ct", f"python3 -c {shlex.quote(ask)}")
+    mode = on(lab, "lab-ct", "stat -c '%a %U' /etc/inferhost/services/lab-vllm.secret.env")
     assert mode == "600 root"
 
 
 def test_the_engine_listens_only_on_the_address_the_inventory_gives(lab, deployed):
     """/proc/net/tcp{,6} as the kernel has them: the service's port is bound to bind_address alone."""
-    port = _service(lab)["port"]
+    port = service(lab)["port"]
     listening = set()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        for line in _on(lab, "lab-ct", f"cat {table}").splitlines()[1:]:
+        for line in on(lab, "lab-ct", f"cat {table}").splitlines()[1:]:
             local, state = line.split()[1], line.split()[3]
             address, hexport = local.split(":")
             if state == "0A" and int(hexport, 16) == port:
@@ -278,53 +252,36 @@ def test_the_service_comes_back_when_its_engine_dies(lab, deployed):
     """Restart=always: with vLLM's engine core killed the API server exits (with status 0, which on-failure would
     leave down), systemd starts the unit again, and the role's readiness wait sees the model served again."""
     show = f"systemctl show -p MainPID -p NRestarts {UNIT}"
-    before = dict(line.split("=", 1) for line in _on(lab, "lab-ct", show).splitlines())
-    _on(lab, "lab-ct", "pkill -KILL -f '^VLLM::EngineCore'")
+    before = dict(line.split("=", 1) for line in on(lab, "lab-ct", show).splitlines())
+    on(lab, "lab-ct", "pkill -KILL -f '^VLLM::EngineCore'")
     # vLLM's API server finds its engine dead at the next request (HTTP 500), and exits; systemd restarts the unit
     # RestartSec later: then the role's turn.
     ask = (
         "import re, urllib.request as u\n"
         "secret = open('/etc/inferhost/services/lab-vllm.secret.env').read()\n"
         "key = re.search(r'VLLM_API_KEY=\"?([^\"\\n]*)', secret)[1]\n"
-        f"r = u.Request('http://127.0.0.1:{_service(lab)['port']}/v1/completions', method='POST',"
+        f"r = u.Request('http://127.0.0.1:{service(lab)['port']}/v1/completions', method='POST',"
         " headers={'Authorization': 'Bearer ' + key, 'Content-Type': 'application/json'},"
-        f' data=b\'{{"model": "{_service(lab)["model"]["served_name"]}", "prompt": "Hi", "max_tokens": 1}}\')\n'
+        f' data=b\'{{"model": "{service(lab)["model"]["served_name"]}", "prompt": "Hi", "max_tokens": 1}}\')\n'
         "try: u.urlopen(r, timeout=60)\nexcept Exception as e: print(e)"
     )
     # 500, or no answer when the server has already gone.
-    _on(lab, "lab-ct", f"python3 -c {shlex.quote(ask)}")
+    on(lab, "lab-ct", f"python3 -c {shlex.quote(ask)}")
     restarted = f"until [ $(systemctl show -P NRestarts {UNIT}) -gt {before['NRestarts']} ]; do sleep 1; done"
     waited = subprocess.run(
         [*labmod.ssh_argv(lab, "lab-ct"), f"timeout 420 sh -c {shlex.quote(restarted)}"],
         capture_output=True,
         check=False,
     )
-    assert waited.returncode == 0, _on(lab, "lab-ct", f"journalctl -u {UNIT} --no-pager -n 40")
-    rc, out = _ansible_playbook("playbooks/container.yml", "--tags", "role::inference_service")
+    assert waited.returncode == 0, on(lab, "lab-ct", f"journalctl -u {UNIT} --no-pager -n 40")
+    rc, out = ansible_playbook(lab, "playbooks/container.yml", "--tags", "role::inference_service")
     assert rc == 0 and not re.search(r"changed=[1-9]", out), out[-3000:]
-    after = dict(line.split("=", 1) for line in _on(lab, "lab-ct", show).splitlines())
+    after = dict(line.split("=", 1) for line in on(lab, "lab-ct", show).splitlines())
     assert after["MainPID"] != before["MainPID"] and int(after["NRestarts"]) > int(before["NRestarts"]), after
     assert "3/3 prompts answered well" in labmod.validate(lab)
 
 
 # --- mistakes that only the machines can show: refused before any change, naming the variable -------------
-
-
-def _ansible_playbook(playbook: str, *argv: str):
-    """ansible-playbook against the lab as a user runs it, with its whole output (for the message and leaks)."""
-    proc = subprocess.run(
-        ["ansible-playbook", "-i", str(labmod.INVENTORY / "hosts.yml"), playbook, *argv],
-        cwd=labmod.ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    return proc.returncode, proc.stdout + proc.stderr
-
-
-def _on(lab, host: str, command: str) -> str:
-    argv = labmod.ssh_argv(lab, host)
-    return subprocess.run([*argv, command], capture_output=True, text=True, check=True).stdout.strip()
 
 
 @pytest.mark.parametrize(
@@ -336,32 +293,32 @@ def test_a_wrong_proxmox_password_is_refused_before_it_is_stored(lab, deployed, 
     """The login is tried first: the run fails naming the variable, the host's password file and the guests'
     API state stay as they were, and the wrong password appears nowhere in the output."""
     wrong = "wrong-canary-5d1f"
-    password_file = _on(lab, "lab-pve", "sha256sum /etc/gpu-switch/password")
+    password_file = on(lab, "lab-pve", "sha256sum /etc/gpu-switch/password")
     before = labmod.guest_configs(lab)
     argv = ["-e", f"vault_proxmox_password={wrong}", *(["--tags", tags] if tags else [])]
-    rc, out = _ansible_playbook("playbooks/host.yml", *argv)
+    rc, out = ansible_playbook(lab, "playbooks/host.yml", *argv)
     assert rc != 0, out[-3000:]
     assert variable in out and "could not log in" in out, out[-3000:]
     assert wrong not in out
     assert "changed=0" in out and not re.search(r"changed=[1-9]", out), out[-3000:]
-    assert _on(lab, "lab-pve", "sha256sum /etc/gpu-switch/password") == password_file
+    assert on(lab, "lab-pve", "sha256sum /etc/gpu-switch/password") == password_file
     assert labmod.guest_configs(lab) == before
 
 
 def test_adding_or_removing_an_inactive_service_does_not_restart_the_active_one(lab, deployed):
     unit = UNIT
-    started = _on(lab, "lab-ct", f"systemctl show -p MainPID -p ActiveEnterTimestampMonotonic {unit}")
+    started = on(lab, "lab-ct", f"systemctl show -p MainPID -p ActiveEnterTimestampMonotonic {unit}")
     services = lab.hosts["lab-ct"]["inference_service_services"]
     other = {**services[0], "name": "lab-vllm-b", "port": 8001}
     for listed in ([*services, other], services):
-        rc, out = _ansible_playbook(
+        rc, out = ansible_playbook(lab, 
             "playbooks/container.yml", "--tags", "role::inference_service",
             "-e", json.dumps({"inference_service_services": listed}),
         )  # fmt: skip
         assert rc == 0, out[-3000:]
-        now = _on(lab, "lab-ct", f"systemctl show -p MainPID -p ActiveEnterTimestampMonotonic {unit}")
+        now = on(lab, "lab-ct", f"systemctl show -p MainPID -p ActiveEnterTimestampMonotonic {unit}")
         assert now == started, out[-6000:]
-    assert _on(lab, "lab-ct", "systemctl is-active inference-lab-vllm-b.service || true") == "inactive"
+    assert on(lab, "lab-ct", "systemctl is-active inference-lab-vllm-b.service || true") == "inactive"
 
 
 def test_a_flag_the_engine_refuses_stops_the_play_before_the_running_service_is_touched(lab, deployed):
@@ -369,11 +326,11 @@ def test_a_flag_the_engine_refuses_stops_the_play_before_the_running_service_is_
     the play naming the service, the flag and the release, and the running unit is neither rewritten nor
     restarted."""
     unit = UNIT
-    started = _on(lab, "lab-ct", f"systemctl show -p MainPID -p ActiveEnterTimestampMonotonic {unit}")
-    unit_file = _on(lab, "lab-ct", f"sha256sum /etc/systemd/system/{unit}")
+    started = on(lab, "lab-ct", f"systemctl show -p MainPID -p ActiveEnterTimestampMonotonic {unit}")
+    unit_file = on(lab, "lab-ct", f"sha256sum /etc/systemd/system/{unit}")
     [service] = lab.hosts["lab-ct"]["inference_service_services"]
     bad = {**service, "args": {**service.get("args", {}), "enable-prefix-cachng": True}}
-    rc, out = _ansible_playbook(
+    rc, out = ansible_playbook(lab, 
         "playbooks/container.yml", "--tags", "role::inference_service",
         "-e", json.dumps({"inference_service_services": [bad]}),
     )  # fmt: skip
@@ -382,8 +339,8 @@ def test_a_flag_the_engine_refuses_stops_the_play_before_the_running_service_is_
         r"lab-vllm: vllm 0\.32\.0\+cpu refuses its command line: unrecognized arguments: --enable-prefix-cachng", out
     )
     assert not re.search(r"changed=[1-9]", out), out[-3000:]
-    assert _on(lab, "lab-ct", f"sha256sum /etc/systemd/system/{unit}") == unit_file
-    assert _on(lab, "lab-ct", f"systemctl show -p MainPID -p ActiveEnterTimestampMonotonic {unit}") == started
+    assert on(lab, "lab-ct", f"sha256sum /etc/systemd/system/{unit}") == unit_file
+    assert on(lab, "lab-ct", f"systemctl show -p MainPID -p ActiveEnterTimestampMonotonic {unit}") == started
 
 
 def test_the_container_sees_its_hosts_gpus_as_an_lxc_container_does(lab, deployed):
@@ -392,51 +349,22 @@ def test_the_container_sees_its_hosts_gpus_as_an_lxc_container_does(lab, deploye
     starts."""
     config = labmod.guest_configs(lab)[0]
     entries = sorted(v.split(",")[0] for k, v in config.items() if re.fullmatch(r"dev\d+", k))
-    assert _on(lab, "lab-ct", "ls -d /dev/nvidia*").split() == entries
+    assert on(lab, "lab-ct", "ls -d /dev/nvidia*").split() == entries
     addresses = [g["address"] for g in lab.hosts["lab-pve"]["inferhost_gpus"]]
     smi = "nvidia-smi --query-gpu=index,pci.bus_id --format=csv,noheader"
-    assert _on(lab, "lab-ct", smi).splitlines() == [f"{i}, 0000{a.upper()}" for i, a in enumerate(addresses)]
+    assert on(lab, "lab-ct", smi).splitlines() == [f"{i}, 0000{a.upper()}" for i, a in enumerate(addresses)]
 
     unit, gpu = UNIT, addresses[0]
-    _on(lab, "lab-pve", f"echo {gpu} > /sys/bus/pci/drivers/nvidia/unbind")
+    on(lab, "lab-pve", f"echo {gpu} > /sys/bus/pci/drivers/nvidia/unbind")
     try:
-        since = _on(lab, "lab-ct", "date +%s")
+        since = on(lab, "lab-ct", "date +%s")
         restart = [*labmod.ssh_argv(lab, "lab-ct"), f"systemctl restart {unit}"]
         assert subprocess.run(restart, capture_output=True, check=False).returncode != 0
-        journal = _on(lab, "lab-ct", f"journalctl -u {unit} --since @{since} --no-pager")
+        journal = on(lab, "lab-ct", f"journalctl -u {unit} --since @{since} --no-pager")
         assert f"GPU {gpu} is bound to no driver (not usable here)" in journal
-        assert "0, " not in [line[:3] for line in _on(lab, "lab-ct", smi).splitlines()]
+        assert "0, " not in [line[:3] for line in on(lab, "lab-ct", smi).splitlines()]
     finally:
-        _on(lab, "lab-pve", f"echo {gpu} > /sys/bus/pci/drivers/nvidia/bind")
-    # Left stopped: the engine's next start would cost a minute, and the driver change below needs no service.
-    _on(lab, "lab-ct", f"systemctl reset-failed {unit}")
-
-
-# --- day two's driver change, last: it leaves the lab on the next driver (the fixture removes the lab) --------
-
-
-def test_the_driver_change_reaches_the_container_after_the_hosts_reboot(lab, deployed):
-    """docs/host.md's driver change on a user's road: the new pin, host.yml with the change allowed, the host's
-    reboot, then container.yml alone with a cold fact cache. The container's userspace follows the module the
-    host runs after the reboot, not the facts host.yml wrote before it."""
-    current, new = lab.hosts["lab-pve"]["lab_standin_repo"]["driver_versions"]
-    pin = {"inferhost_nvidia_driver_version": new}
-    host = labmod.playbook(
-        labmod.ROOT / "playbooks" / "host.yml",
-        extravars={**pin, "pve_host_gpu_allow_driver_change": True},
-        fact_cache=labmod.cold_fact_cache("driver-change-host"),
-    )
-    assert f"NVIDIA driver {new} installed (replacing {current})" in labmod.reboot_reasons(host)
-    assert _on(lab, "lab-pve", "dpkg-query -W -f '${Version}' nvidia-kernel-open-dkms") == new + "-1"
-    facts = json.loads(_on(lab, "lab-pve", "cat /etc/ansible/facts.d/inferhost_gpu_facts.fact"))
-    assert (facts["driver_version"], facts["loaded_driver_version"]) == (new, current)
-
-    assert labmod.reboot_host(lab) == f"lab-pve rebooted, nvidia module {new}"
-    # With the host's facts alone (loaded: the old module) the container would refuse the new pin.
-    labmod.playbook(
-        labmod.ROOT / "playbooks" / "container.yml",
-        # No service: the guard test above left it stopped, and the engine's start is not what this proves.
-        extravars={**pin, "inference_service_active": ""},
-        fact_cache=labmod.cold_fact_cache("driver-change-container"),
-    )
-    assert _on(lab, "lab-ct", "dpkg-query -W -f '${Version}' libnvidia-compute") == new + "-1"
+        on(lab, "lab-pve", f"echo {gpu} > /sys/bus/pci/drivers/nvidia/bind")
+    # Left stopped: the engine's next start costs a minute; test_lab_cluster.py starts it while its second host
+    # comes up.
+    on(lab, "lab-ct", f"systemctl reset-failed {unit}")

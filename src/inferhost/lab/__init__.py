@@ -17,21 +17,22 @@ from __future__ import annotations
 
 import sys
 
-from .context import INVENTORY, ROOT, STATE, Lab, LabError
+from .context import HOST_COUNT, INVENTORY, ROOT, STATE, Lab, LabError, guests_of, pve_hosts
 
 # The lab reads the fake API through the Proxmox API client of the stack's modules and gpu-switch, and
 # sim/pve_power.py reads devN entries with gpu_switch's parser: both from plugins/module_utils, on the path
 # before any module of the package imports them (a package's __init__ runs before its modules).
 sys.path.append(str(ROOT / "plugins" / "module_utils"))
 
-from .api import api_client, guest_configs, guest_status  # noqa: E402 - the path above must come first
+from .api import api_client, guest_configs, guest_status, lab_node  # noqa: E402 - the path above must come first
 from .cli import cmd_down, main  # noqa: E402
 from .journey import bring_up, converge, deploy_in_order, move_gpus, validate  # noqa: E402
-from .machines import machine_running, reboot_host, remove_containers  # noqa: E402
+from .machines import machine_running, podman_exec, reboot_host, remove_containers, stop_machines  # noqa: E402
 from .playbooks import cold_fact_cache, left_for_later, playbook, reboot_reasons  # noqa: E402
 from .ssh import SSH_DIR, ssh_argv  # noqa: E402
 
 __all__ = [
+    "HOST_COUNT",
     "INVENTORY",
     "ROOT",
     "SSH_DIR",
@@ -46,14 +47,19 @@ __all__ = [
     "deploy_in_order",
     "guest_configs",
     "guest_status",
+    "guests_of",
+    "lab_node",
     "left_for_later",
     "machine_running",
     "main",
     "move_gpus",
     "playbook",
+    "podman_exec",
+    "pve_hosts",
     "reboot_host",
     "reboot_reasons",
     "remove_containers",
     "ssh_argv",
+    "stop_machines",
     "validate",
 ]

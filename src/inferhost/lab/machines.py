@@ -254,6 +254,17 @@ def reboot_host(lab: Lab, host: str | None = None) -> str:
     return f"{host} rebooted, nvidia module {loaded or 'not loaded'}"
 
 
+def podman_exec(host: str, *argv: str) -> subprocess.CompletedProcess:
+    """A command in a lab machine through podman, for what the lab does beside the stack (never a play's road)."""
+    return podman("exec", CONTAINER_PREFIX + host, *argv, check=False)
+
+
+def stop_machines(hosts: list[str]) -> None:
+    """The machines of hosts stopped, as a host's power cut would leave them (the fake API is not told)."""
+    for host in hosts:
+        podman("stop", "-t", "10", CONTAINER_PREFIX + host, check=False)
+
+
 def remove_containers(lab: Lab) -> None:
     """Remove the machines, and the facts cached about them: new machines start with none, as a new host does."""
     for host in sorted(lab.hosts):

@@ -2,6 +2,7 @@
 
 import os
 import subprocess
+import types
 
 import pytest
 from fakepve.model import TaskError
@@ -75,3 +76,25 @@ def test_a_node_that_cannot_be_made_fails_the_start_before_init_runs(tmp_path):
     with pytest.raises(TaskError, match="making the device nodes in ct failed"):
         pve_power.pass_devices("ct", [(str(tmp_path / "absent"), "false"), (str(tmp_path / "b"), "true")], machine)
     assert not os.path.exists(pve_power.PRESTART_DONE)
+
+
+class _Recording(pve_power.Machines):
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.calls = []
+
+    def podman(self, *argv):
+        self.calls.append(argv)
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+
+def test_a_guests_hookscript_runs_on_its_own_nodes_machine():
+    """In a cluster each node runs its own guests' hookscripts: the machine of the guest's node, not another's."""
+    machines = _Recording({101: "ct1", 102: "ct2"}, {"pve1": "node1", "pve2": "node2"})
+    guest = types.SimpleNamespace(vmid=102, node="pve2", config={"hookscript": "local:snippets/guard"})
+    machines.hook(guest, "pre-start")
+    assert machines.calls == [("exec", "node2", "/var/lib/vz/snippets/guard", "102", "pre-start")]
+    # A guest of a node the lab has no machine for runs no hook (fakepve's own behaviour).
+    machines.calls.clear()
+    machines.hook(types.SimpleNamespace(vmid=103, node="pve3", config=guest.config), "pre-start")
+    assert machines.calls == []
