@@ -58,7 +58,7 @@ class Local:
     def state(self):
         if self.probe_args is None:  # a rank above 0 serves no API: its unit's state is all there is to see
             status = self._systemd().get("status") or {}
-            return {k: status.get(k, "?") for k in ("ActiveState", "SubState", "Result")}
+            return {k: status.get(k, "?") for k in ("ActiveState", "SubState", "Result", "NRestarts")}
         self.last = self._run("inference_service_probe", {**self.probe_args, "complete": True})
         if self.last.get("failed"):
             raise group.GroupError(f"probing {self.unit} failed: {self.last.get('msg')}")

@@ -30,8 +30,21 @@ class GroupError(RuntimeError):
     """The group cannot be made to serve; the message says why."""
 
 
-def unit_problem(nodes, units, elapsed, grace):
-    """Why a rank's unit calls for a restart (failed, or inactive after ``grace`` seconds), or None."""
+def _restarts(state):
+    """systemd's count of the unit's automatic restarts (NRestarts), None when not known."""
+    try:
+        return int(state.get("NRestarts"))
+    except (TypeError, ValueError):
+        return None
+
+
+def unit_problem(nodes, units, elapsed, grace, restarts_at_start=None):
+    """Why a rank's unit calls for a restart (failed, inactive after ``grace`` seconds, or restarted by systemd
+    since the group was started: ``restarts_at_start`` {host: NRestarts then}), or None.
+
+    A rank that systemd restarted on its own (``Restart=always``) comes back to a group that no longer exists: the
+    others wait for a peer that will never rejoin (vLLM 0.32.0's CPU build, measured in the lab: a head that
+    crashed and restarted waits for its rank 1 forever, and /health never answers)."""
     for rank, host in enumerate(nodes):
         state = units.get(host) or {}
         active = state.get("ActiveState")
@@ -39,18 +52,22 @@ def unit_problem(nodes, units, elapsed, grace):
             return f"rank {rank} ({host}): its unit failed ({state.get('Result', '?')})"
         if active == "inactive" and elapsed > grace:
             return f"rank {rank} ({host}): its unit is inactive"
+        before, now = (restarts_at_start or {}).get(host), _restarts(state)
+        if before is not None and now is not None and now > before:
+            return f"rank {rank} ({host}): systemd restarted its unit on its own (NRestarts {before} -> {now})"
     return None
 
 
-def verdict(nodes, units, probe, completion, *, elapsed, grace):
+def verdict(nodes, units, probe, completion, *, elapsed, grace, restarts_at_start=None):
     """``(READY | LOADING | RESTART, reason)`` of the group at one look.
 
     ``nodes``: hosts in rank order; ``units``: {host: systemd properties (ActiveState, SubState, Result)}, a host
     missing when its state is not known yet; ``probe``: the head's readiness (``health``, ``ready``);
     ``completion``: the one-token completion (``ok``, ``problem``), None when not asked; ``elapsed``: seconds
-    since the group was started; ``grace``: seconds an inactive unit may take to begin starting.
+    since the group was started; ``grace``: seconds an inactive unit may take to begin starting;
+    ``restarts_at_start``: each unit's NRestarts when the group was (re)started (``unit_problem``).
     """
-    problem = unit_problem(nodes, units, elapsed, grace)
+    problem = unit_problem(nodes, units, elapsed, grace, restarts_at_start)
     missing = [h for h in nodes if h not in units]
     if problem:
         state, reason = RESTART, problem
@@ -101,14 +118,28 @@ class GroupWait:
         group does not serve within ``timeout`` of its last start or its restarts are used up."""
         began = started = clock()
         failures = 0
+        restarts_at_start = {}  # each unit's NRestarts at its first look since the group's last start
         while True:
             units = self.ops.units()
+            for host, unit in units.items():
+                if _restarts(unit) is not None:
+                    restarts_at_start.setdefault(host, _restarts(unit))
             probe = self.ops.probe()
             elapsed = clock() - started
             completion = self.ops.complete() if probe.get("ready") else None
-            state, reason = verdict(self.nodes, units, probe, completion, elapsed=elapsed, grace=self.grace)
+            state, reason = verdict(
+                self.nodes,
+                units,
+                probe,
+                completion,
+                elapsed=elapsed,
+                grace=self.grace,
+                restarts_at_start=restarts_at_start,
+            )
             # A failed completion is asked again before the group is restarted for it; a failed unit is not.
-            by_completion = state == RESTART and unit_problem(self.nodes, units, elapsed, self.grace) is None
+            by_completion = (
+                state == RESTART and unit_problem(self.nodes, units, elapsed, self.grace, restarts_at_start) is None
+            )
             failures = failures + 1 if by_completion else 0
             if by_completion and failures < self.confirm:
                 state, reason = LOADING, f"{reason} (asking again before restarting the group)"
@@ -131,6 +162,7 @@ class GroupWait:
                     raise GroupError(f"{reason}; the group was restarted {len(self.restarts)} times already")
                 self.restart(reason, log)
                 started, failures = clock(), 0
+                restarts_at_start = {}
                 continue
             if elapsed >= self.timeout:
                 raise GroupError(f"the group does not serve after {elapsed:.0f}s: {reason}")

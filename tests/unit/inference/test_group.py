@@ -95,6 +95,31 @@ def test_a_failed_rank_restarts_the_whole_group_head_stopped_first_and_started_l
     ]
 
 
+def test_a_rank_that_systemd_restarted_on_its_own_restarts_the_group_though_every_unit_is_active():
+    """A head that crashed and was restarted by Restart=always waits for a peer group that is gone: its unit
+    looks active, its /health never answers. The count of automatic restarts gives it away; a count that was
+    already there at the first look does not."""
+    restarted = {**LOADING, "NRestarts": "1"}
+    fake = FakeGroup(
+        [
+            (everyone({**LOADING, "NRestarts": "0"}, **{"ct-c": {**LOADING, "NRestarts": "4"}}), DOWN, None),
+            (
+                everyone({**LOADING, "NRestarts": "0"}, **{"ct-a": restarted, "ct-c": {**LOADING, "NRestarts": "4"}}),
+                DOWN,
+                None,
+            ),
+            # After the group's restart, counts are taken afresh: ct-a's 1 is its new start's count.
+            (everyone(LOADING, **{"ct-a": restarted}), DOWN, None),
+            (everyone({**ACTIVE, "NRestarts": "1"}), HEALTHY, OK),
+        ]
+    )
+    result, runner, _ = wait(fake)
+    assert result["ready"] and runner.restarts == [
+        "rank 0 (ct-a): systemd restarted its unit on its own (NRestarts 0 -> 1)"
+    ]
+    assert [c for c in fake.calls if c[0] == "stop"] == [("stop", "ct-a"), ("stop", "ct-b"), ("stop", "ct-c")]
+
+
 def test_a_completion_that_fails_while_health_says_ok_restarts_the_group_once_confirmed():
     fake = FakeGroup(
         [
