@@ -71,10 +71,23 @@ class Local:
         return self.last.get("completion") or {"ok": False, "problem": "no completion was asked"}
 
     def stop(self):
+        if (self._systemd().get("status") or {}).get("ActiveState") == "deactivating":
+            # Stopping on its own: its main process is gone and what is left does not leave on SIGTERM (vLLM's
+            # headless rank whose worker died, measured: TimeoutStopSec's whole 180 s). Its group is gone: nothing
+            # of it is worth the wait.
+            self._command("kill", "--signal=SIGKILL")
         self._systemd(state="stopped")
 
     def start(self):
+        # A group's start is asked for, not a crash loop's: a start limit that the failed ranks ran into
+        # ("Start request repeated too quickly") is cleared first, and the unit's last failure with it.
+        self._command("reset-failed")
         self._systemd(state="started", no_block=True)
+
+    def _command(self, *argv):
+        result = self._run("ansible.builtin.command", {"argv": ["systemctl", *argv, self.unit]})
+        if result.get("failed"):
+            raise group.GroupError(f"systemctl {' '.join(argv)} {self.unit}: {result.get('msg')}")
 
 
 class ActionModule(ActionBase):

@@ -39,8 +39,8 @@ def _restarts(state):
 
 
 def unit_problem(nodes, units, elapsed, grace, restarts_at_start=None):
-    """Why a rank's unit calls for a restart (failed, inactive after ``grace`` seconds, or restarted by systemd
-    since the group was started: ``restarts_at_start`` {host: NRestarts then}), or None.
+    """Why a rank's unit calls for a restart (failed, inactive after ``grace`` seconds, stopping on its own, or
+    restarted by systemd since the group was started: ``restarts_at_start`` {host: NRestarts then}), or None.
 
     A rank that systemd restarted on its own (``Restart=always``) comes back to a group that no longer exists: the
     others wait for a peer that will never rejoin (vLLM 0.32.0's CPU build, measured in the lab: a head that
@@ -52,6 +52,9 @@ def unit_problem(nodes, units, elapsed, grace, restarts_at_start=None):
             return f"rank {rank} ({host}): its unit failed ({state.get('Result', '?')})"
         if active == "inactive" and elapsed > grace:
             return f"rank {rank} ({host}): its unit is inactive"
+        if active == "deactivating":
+            # Nobody asked (the group's own stops are over before the next look): its main process is gone.
+            return f"rank {rank} ({host}): its unit is stopping on its own ({state.get('SubState', '?')})"
         before, now = (restarts_at_start or {}).get(host), _restarts(state)
         if before is not None and now is not None and now > before:
             return f"rank {rank} ({host}): systemd restarted its unit on its own (NRestarts {before} -> {now})"

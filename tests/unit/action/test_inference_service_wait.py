@@ -23,7 +23,13 @@ class Node:
         self.calls = []
 
     def module(self, name, args):
-        self.calls.append((name, {k: v for k, v in args.items() if k in ("state", "complete")}))
+        self.calls.append((name, {k: v for k, v in args.items() if k in ("state", "complete", "argv")}))
+        if name == "ansible.builtin.command":  # systemctl kill / reset-failed
+            if args["argv"][1] == "reset-failed" and self.active == "failed":
+                self.active = "inactive"
+            if args["argv"][1] == "kill" and self.active == "deactivating":
+                self.active = "inactive"
+            return {"rc": 0}
         if name == "ansible.builtin.systemd_service":
             if args.get("state") == "stopped":
                 self.active = "inactive"
@@ -94,6 +100,28 @@ def test_completions_failing_while_healthy_restart_both_nodes_the_worker_started
     assert "engine dead" in reason
     for node in (head, worker):
         assert [c[1]["state"] for c in node.calls if c[1].get("state")] == ["stopped", "started"]
+        # Each start clears a start limit a crash loop may have left.
+        assert _systemctl(node) == [["systemctl", "reset-failed", UNIT]]
+
+
+def _systemctl(node):
+    return [c[1]["argv"] for c in node.calls if c[0] == "ansible.builtin.command"]
+
+
+def test_a_rank_stopping_on_its_own_is_killed_and_the_group_restarted(tmp_path):
+    """vLLM's headless rank whose worker died: its main process gone, the unit stuck stopping on SIGTERM. The
+    head's wait sees it at once, the rank's stop kills what is left instead of waiting out TimeoutStopSec."""
+    head, worker = Node([OK]), Node()
+    worker.active = "deactivating"
+    results = run_group(head, worker, tmp_path)
+    assert results["ct-a"]["ready"] and results["ct-b"]["ready"]
+    [reason] = results["ct-a"]["restarts"]
+    assert reason == "rank 1 (ct-b): its unit is stopping on its own (x)"
+    assert _systemctl(worker) == [
+        ["systemctl", "kill", "--signal=SIGKILL", UNIT],
+        ["systemctl", "reset-failed", UNIT],
+    ]
+    assert _systemctl(head) == [["systemctl", "reset-failed", UNIT]]
 
 
 def test_a_head_unit_that_keeps_failing_fails_both_waits(tmp_path):
