@@ -93,10 +93,12 @@ def test_a_move_on_one_host_leaves_the_other_hosts_container_serving(cluster, ti
 
 
 def _serve_the_pair(two):
-    """container.yml with the model across both hosts as the containers' active service; the head's wait result."""
+    """container.yml's service role with the model across both hosts as the containers' active service (the rest of
+    the play converged already); the head's wait result."""
     result = labmod.playbook(
         labmod.ROOT / "playbooks" / "container.yml",
         extravars={"inference_service_active": PAIR},
+        tags="role::inference_service",
         inventory=two.inventory,
     )
     waits = {h: r for h, task, r in result.ok_results if task == "active | Wait until the model is served"}
@@ -122,8 +124,9 @@ def test_one_model_runs_across_both_hosts_rank_0_serving(cluster, times):
 
 
 def test_a_killed_rank_is_found_by_a_completion_and_the_group_restarts_in_order(cluster, times):
-    """The head's /health stays 200 after rank 1's worker died: the role's wait finds it by a completion, stops
-    the group and starts it again, rank 1 first, the head last."""
+    """Rank 1's vLLM worker killed: its unit hangs stopping (the head may still answer /health for a while). The
+    role's wait finds it, kills what is left, stops the group and starts it again, rank 1 first, the head last,
+    until a completion through the head comes back."""
     two = cluster[0]
     unit = UNIT.format(PAIR)
     before = {h: unit_state(two, h, unit) for h in ("lab-ct", "lab-ct2")}
@@ -134,7 +137,7 @@ def test_a_killed_rank_is_found_by_a_completion_and_the_group_restarts_in_order(
     head_wait, result = _serve_the_pair(two)
     times["killed rank to the group serving again (container.yml)"] = round(time.monotonic() - killed, 1)
     assert head_wait.get("ready") is True and len(head_wait.get("restarts", [])) == 1, head_wait
-    assert "completion failed" in head_wait["restarts"][0] or "rank 1" in head_wait["restarts"][0]
+    assert "rank 1 (lab-ct2)" in head_wait["restarts"][0] or "completion failed" in head_wait["restarts"][0]
     after = {h: unit_state(two, h, unit) for h in ("lab-ct", "lab-ct2")}
     assert all(after[h]["InvocationID"] != before[h]["InvocationID"] for h in after), (before, after)
     # In order: rank 1 started before the head (the containers share this machine's monotonic clock).
