@@ -189,7 +189,7 @@ def deploy_in_order(lab: Lab) -> list[tuple[str, float, str, object]]:
             "container.yml",
             lambda cache: playbook(playbooks / "container.yml", fact_cache=cache, inventory=lab.inventory),
         ),
-        ("validate.yml", lambda cache: validate(lab, fact_cache=cache, inventory=lab.inventory)),
+        ("validate.yml", lambda cache: validate(lab, fact_cache=cache)),
         ("gpu-switch to-vm", lambda _: gpu_switch_over_ssh(lab, "vm")),
         ("vm.yml", lambda cache: playbook(playbooks / "vm.yml", fact_cache=cache, inventory=lab.inventory)),
         ("gpu-switch to-ct", lambda _: gpu_switch_over_ssh(lab, "ct")),
