@@ -59,8 +59,12 @@ def test_the_second_host_joins_and_its_guests_are_wired_on_its_own_node(cluster)
     assert {"/dev/nvidia0", "/dev/nvidia1"} <= nodes and "/dev/nvidia2" not in nodes
     # The first host's guests are as they were: the second host's play wires its own guests only.
     assert labmod.guest_configs(two, "lab-pve") == before
-    changed_hosts = {line.split(":")[0] for line in result.changed_tasks}
-    assert changed_hosts <= {"lab-pve2", "lab-ct2"}, result.changed_tasks
+    # On the first host's machines, only the container's new service: the model across both hosts, inactive, its
+    # unit and state directory (the host itself is unchanged).
+    first = [line for line in result.changed_tasks if line.split(":")[0] in {"lab-pve", "lab-ct", "lab-vm"}]
+    assert {line.split(": ", 1)[1].split(" | ")[0] for line in first} <= {"account", "units"}, first
+    assert not [line for line in first if line.startswith("lab-pve:")], first
+    assert on(two, "lab-ct", f"systemctl is-enabled {UNIT.format(PAIR)} || true") == "disabled"
     assert sorted(labmod.left_for_later(result)) == ["lab-vm", "lab-vm2"]
 
 
