@@ -8,6 +8,9 @@ own PCI devices.
 One machine serves every module of the layer: a boot under software emulation is its largest fixed cost.
 It also carries test_host_vfio's devices (two display functions, one of them behind a PCI bridge with an
 rtl8139); that module reboots the machine into the boot configuration the role wrote, so it runs last.
+
+The tests' commands share one ssh connection (a control master): a new connection costs the guest a key
+exchange and a fresh sshd, about two seconds under emulation, a command on the open one a fraction of that.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import shlex
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -35,6 +39,8 @@ STANDIN_GPUS = (
     *("-device", "VGA,bus=shared,addr=1"),
     *("-device", "rtl8139,bus=shared,addr=2,netdev=foreign", "-netdev", "user,id=foreign,restrict=on"),
 )
+# mitigations=off: the emulated CPU's speculation barriers only slow the guest down; the IOMMU is untouched.
+KERNEL_ARGS = "root=/dev/vda rw console=ttyS0 intel_iommu=on iommu=pt net.ifnames=0 quiet mitigations=off"
 # Modules that leave the machine in another boot configuration: they run after the others.
 RUN_LAST = ("test_host_vfio.py",)
 TWIN_MAC = "52:54:00:00:00:20"
@@ -56,6 +62,8 @@ class KernelVM:
         self.pidfile = workdir / "qemu.pid"
         self.console = workdir / "console.log"
         self.kernel, self.initrd = CACHE / "vmlinuz", CACHE / "initrd.img"
+        # A socket's path has a length limit that a deep pytest basetemp could pass: a short one, by port.
+        self.control = Path(tempfile.gettempdir()) / f"inferhost-kernel-{self.port}.ssh"
 
     # --- lifecycle ---------------------------------------------------------------------------------
     def start(self, timeout: float = 420) -> None:
@@ -68,7 +76,7 @@ class KernelVM:
         argv = ["qemu-system-x86_64", "-accel", "tcg,thread=multi", "-machine", "q35,kernel-irqchip=split"]
         argv += ["-cpu", "max", "-m", "2048", "-smp", "2", "-device", "intel-iommu,intremap=on,caching-mode=on"]
         argv += ["-kernel", str(self.kernel), "-initrd", str(self.initrd)]
-        argv += ["-append", "root=/dev/vda rw console=ttyS0 intel_iommu=on iommu=pt net.ifnames=0 quiet"]
+        argv += ["-append", KERNEL_ARGS]
         argv += ["-drive", f"file={overlay},if=virtio,format=qcow2"]
         argv += ["-netdev", f"user,id=mgmt,hostfwd=tcp:127.0.0.1:{self.port}-:22"]
         argv += ["-device", f"virtio-net-pci,netdev=mgmt,mac={MGMT_MAC}"]
@@ -82,13 +90,19 @@ class KernelVM:
     def stop(self) -> None:
         with contextlib.suppress(OSError, ValueError):
             os.kill(int(self.pidfile.read_text()), signal.SIGKILL)
+        self.close_connection()
+
+    def close_connection(self) -> None:
+        """End the shared ssh connection (the next command opens a new one)."""
+        argv = ["ssh", "-o", f"ControlPath={self.control}", "-O", "exit", "root@127.0.0.1"]
+        subprocess.run(argv, capture_output=True, timeout=20, check=False)
 
     def wait_for_ssh(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.ssh("true", timeout=20).returncode == 0:
                 return
-            time.sleep(2)
+            time.sleep(1)
         tail = self.console.read_text(errors="replace")[-3000:] if self.console.exists() else ""
         raise AssertionError(f"the kernel test machine did not answer ssh in {timeout:.0f}s; console:\n{tail}")
 
@@ -100,9 +114,10 @@ class KernelVM:
             return
         before = self.boot_id()
         self.ssh("systemctl reboot", timeout=20)
+        self.close_connection()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            time.sleep(3)
+            time.sleep(1)
             if self.ssh("true", timeout=10).returncode == 0 and self.boot_id() != before:
                 return
         raise AssertionError("the kernel test machine did not come back after a reboot")
@@ -117,9 +132,10 @@ class KernelVM:
             setattr(self, path, copy)
         pid = int(self.pidfile.read_text())
         self.ssh("systemctl poweroff", timeout=20)
+        self.close_connection()
         deadline = time.monotonic() + 180
         while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
-            time.sleep(2)
+            time.sleep(0.5)
         self.stop()
         self.start(timeout)
         assert self.boot_id() != before
@@ -129,6 +145,7 @@ class KernelVM:
         argv = ["ssh", "-i", str(CACHE / "id_ed25519"), "-p", str(self.port), "-o", "BatchMode=yes"]
         argv += ["-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR"]
         argv += ["-o", "ConnectTimeout=5", "-o", "ServerAliveInterval=3", "-o", "ServerAliveCountMax=3"]
+        argv += ["-o", "ControlMaster=auto", "-o", f"ControlPath={self.control}", "-o", "ControlPersist=300"]
         argv += ["root@127.0.0.1", command]
         try:
             return subprocess.run(argv, input=stdin, capture_output=True, timeout=timeout, check=False)

@@ -145,7 +145,7 @@ def host(vm, tmp_path_factory):
     deadline = time.monotonic() + 180
     while "listening" not in vm.ssh("cat /var/log/fakepve.log").stdout.decode():
         assert time.monotonic() < deadline, vm.ssh("cat /var/log/fakepve.log").stdout.decode()[-2000:]
-        time.sleep(2)
+        time.sleep(0.5)
     return ProxmoxHost(vm, e1000, int(vm.check(f"basename $(readlink /sys/bus/pci/devices/{e1000}/iommu_group)")))
 
 
@@ -180,7 +180,7 @@ def hold(host: ProxmoxHost, script: str) -> int:
     deadline = time.monotonic() + 60
     while "ready" not in host.vm.ssh("cat /root/hold.log").stdout.decode():
         assert time.monotonic() < deadline, host.vm.ssh("cat /root/hold.log").stdout.decode()
-        time.sleep(1)
+        time.sleep(0.5)
     return int(host.vm.check("cat /root/hold.pid").strip())
 
 
