@@ -204,13 +204,14 @@ def deploy_in_order(lab: Lab) -> list[tuple[str, float, str, object]]:
     return done
 
 
-def validate(lab: Lab, fact_cache: Path | None = None) -> str:
-    """playbooks/validate.yml's smoke check against the container's service (the lab's GPUs have no driver or CUDA)."""
+def validate(lab: Lab, fact_cache: Path | None = None, active: str | None = None) -> str:
+    """playbooks/validate.yml's smoke check against the containers' service (the lab's GPUs have no driver or CUDA);
+    active: the service to ask, when a run made another one active than the inventory's (-e, as a user switches)."""
+    extravars = {"validate_checks": ["smoke"], "validate_hosts": "inference_containers"}
+    if active is not None:
+        extravars["inference_service_active"] = active
     result = playbook(
-        ROOT / "playbooks" / "validate.yml",
-        extravars={"validate_checks": ["smoke"], "validate_hosts": "inference_containers"},
-        fact_cache=fact_cache,
-        inventory=lab.inventory,
+        ROOT / "playbooks" / "validate.yml", extravars=extravars, fact_cache=fact_cache, inventory=lab.inventory
     )
     smoke = result.results_of("Ask for one token, the prompts, a tool call and a metric")
     if not smoke:
