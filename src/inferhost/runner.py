@@ -90,14 +90,27 @@ class EventPrinter:
             if kind == "runner_on_failed" and data.get("ignore_errors"):
                 return True
             self.result.plays[-1].failed += 1
-            res = data.get("res", {})
-            msg = res.get("msg") or res.get("stderr") or res.get("stdout") or "failed"
-            line = f"{host}: {self.task}: {str(msg).strip()}"
+            line = f"{host}: {self.task}: {failure_text(data.get('res', {}))}"
             self.result.first_failure = self.result.first_failure or line
             print(f"    FAILED   {line}", file=self.stream, flush=True)
         elif kind == "playbook_on_stats":
             self._close_play()
         return True
+
+
+def failure_text(res: dict) -> str:
+    """Why a task failed: its message, the command's last lines of stderr where it ran one, and for a loop the
+    first failed item's, which its own message ("One or more items failed") does not say."""
+    items = [item for item in res.get("results") or [] if isinstance(item, dict) and item.get("failed")]
+    if items:
+        label = items[0].get("_ansible_item_label")
+        return f"{'item ' + str(label) + ': ' if label else ''}{failure_text(items[0])}"
+    msg = str(res.get("msg") or "").strip()
+    output = str(res.get("stderr") or res.get("stdout") or "").strip()
+    tail = "\n".join(output.splitlines()[-15:])
+    if msg and tail:
+        return f"{msg}\n{tail}"
+    return msg or tail or "failed"
 
 
 def use_this_environment() -> None:
