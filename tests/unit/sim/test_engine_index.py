@@ -88,3 +88,41 @@ def test_uv_installs_the_repacked_wheel_from_the_extra_index_and_keeps_it_on_the
     assert again.returncode == 0 and not [
         line for line in again.stderr.splitlines() if line[:3] in (" + ", " ~ ", " - ")
     ]
+
+
+def test_a_wheel_from_another_index_is_fetched_by_pip_once_and_served_unchanged(tmp_path, monkeypatch):
+    """PyTorch's CPU wheel as the lab gets it: pip downloads it from the index named (here a local one, with no
+    pip configuration of this machine's), and the stand-in serves the same bytes."""
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    for setting in ("PIP_FIND_LINKS", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_CONSTRAINT"):
+        monkeypatch.delenv(setting, raising=False)
+    upstream = tmp_path / "upstream" / "tinytorch"
+    upstream.mkdir(parents=True)
+    wheel = "tinytorch-2.0.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl"
+    with zipfile.ZipFile(upstream / wheel, "w") as archive:
+        archive.writestr("tinytorch/__init__.py", "")
+        archive.writestr(
+            "tinytorch-2.0.0+cpu.dist-info/METADATA", "Metadata-Version: 2.1\nName: tinytorch\nVersion: 2.0.0+cpu\n"
+        )
+        archive.writestr(
+            "tinytorch-2.0.0+cpu.dist-info/WHEEL", "Wheel-Version: 1.0\nTag: cp311-cp311-manylinux_2_28_x86_64\n"
+        )
+        archive.writestr("tinytorch-2.0.0+cpu.dist-info/RECORD", "")
+    (upstream / "index.html").write_text(f'<a href="{wheel}">{wheel}</a>\n')
+    source = {"index": (tmp_path / "upstream").as_uri(), "python": "3.11", "platform": "manylinux_2_28_x86_64"}
+    spec = [{"name": "tinytorch", "version": "2.0.0+cpu", "source": source}]
+    assert engine_index.build(tmp_path / "index", spec)
+    served = tmp_path / "index" / "simple" / "tinytorch" / wheel
+    assert served.read_bytes() == (upstream / wheel).read_bytes()
+    assert f"{wheel}#sha256=" in (served.parent / "index.html").read_text()
+    (upstream / wheel).unlink()  # fetched once: the next build needs no index
+    assert not engine_index.build(tmp_path / "index", spec)
+
+
+def test_a_wheel_no_index_has_is_refused_naming_it_and_the_index(tmp_path, monkeypatch):
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    monkeypatch.delenv("PIP_FIND_LINKS", raising=False)
+    (tmp_path / "upstream").mkdir()
+    source = {"index": (tmp_path / "upstream").as_uri(), "python": "3.11", "platform": "manylinux_2_28_x86_64"}
+    with pytest.raises(LookupError, match=r"no wheel of tinytorch 2.0.0\+cpu .* in file://"):
+        engine_index.build(tmp_path / "index", [{"name": "tinytorch", "version": "2.0.0+cpu", "source": source}])

@@ -76,17 +76,25 @@ def _run(argv: list, what: str, env: dict[str, str] | None = None) -> subprocess
     return proc
 
 
-def ensure_trainer(venv: Path = TRAINER, uv: Path = UV, python: str = "python3", cache: Path | None = None) -> Path:
+def ensure_trainer(
+    venv: Path = TRAINER,
+    uv: Path = UV,
+    python: str = "python3",
+    cache: Path | None = None,
+    index: Path | None = None,
+) -> Path:
     """The trainer environment's Python: a venv at `venv` with TRAINER_PACKAGES, made with `uv` the first time.
 
     `python` is the interpreter uv makes the venv from (never a download); `cache`, uv's cache directory (the
-    lab shares one with its containers). The venv counts as made when its stamp holds the pins; otherwise it is
-    made again from scratch.
+    lab shares one with its containers); `index`, a package index directory read before PyPI (the lab's stand-in
+    of the engine's indexes: its torch is the CPU build the engine is made for, a sixth of PyPI's). The venv counts
+    as made when its stamp holds the pins and the index; otherwise it is made again from scratch.
     """
     venv = Path(venv)
     interpreter = venv / "bin" / "python"
     stamp = venv / TRAINER_STAMP
-    wanted = "\n".join(TRAINER_PACKAGES) + "\n"
+    extra = ["--extra-index-url", f"file://{index}"] if index else []
+    wanted = "\n".join([*TRAINER_PACKAGES, *extra]) + "\n"
     venv.parent.mkdir(parents=True, exist_ok=True)
     # Two runs at once (the lab's bring-up and a test that needs torch) make it once: the second waits.
     with open(venv.parent / f".{venv.name}.lock", "w", encoding="utf-8") as lock:
@@ -99,7 +107,7 @@ def ensure_trainer(venv: Path = TRAINER, uv: Path = UV, python: str = "python3",
         venv_argv = [uv, "venv", "--no-config", "--quiet", "--clear", "--python", python, venv]
         _run(venv_argv, "making the trainer venv", env)
         _run(
-            [uv, "pip", "install", "--no-config", "--quiet", "--python", interpreter, *TRAINER_PACKAGES],
+            [uv, "pip", "install", "--no-config", "--quiet", "--python", interpreter, *extra, *TRAINER_PACKAGES],
             f"installing {' '.join(TRAINER_PACKAGES)} into the trainer venv",
             env,
         )
