@@ -39,6 +39,10 @@ def fmt(seconds):
     return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
 
 
+# The unit states with processes that a stop would signal.
+RUNNING = frozenset(("active", "activating", "deactivating", "reloading"))
+
+
 class Local:
     """One node's own unit, through the modules the action runs on that node (the ``local`` of group.py)."""
 
@@ -71,10 +75,11 @@ class Local:
         return self.last.get("completion") or {"ok": False, "problem": "no completion was asked"}
 
     def stop(self):
-        if (self._systemd().get("status") or {}).get("ActiveState") == "deactivating":
-            # Stopping on its own: its main process is gone and what is left does not leave on SIGTERM (vLLM's
-            # headless rank whose worker died, measured: TimeoutStopSec's whole 180 s). Its group is gone: nothing
-            # of it is worth the wait.
+        # Only a broken group is stopped here (group.GroupWait.restart). A rank whose peer died does not leave on
+        # SIGTERM (vLLM's headless rank whose worker died, measured: TimeoutStopSec's whole 180 s; the others wait
+        # in collectives that will never complete): nothing of a broken group is worth the wait. Its processes are
+        # killed, then the unit is stopped, its ExecStopPost still waiting until the GPUs are free.
+        if (self._systemd().get("status") or {}).get("ActiveState") in RUNNING:
             self._command("kill", "--signal=SIGKILL")
         self._systemd(state="stopped")
 

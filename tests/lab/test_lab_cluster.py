@@ -117,6 +117,7 @@ def test_one_model_runs_across_both_hosts_rank_0_serving(cluster, times):
     start = time.monotonic()
     head_wait, _ = _serve_the_pair(two)
     times["the group's first start (container.yml)"] = round(time.monotonic() - start, 1)
+    times["the head's wait at the first start"] = {k: head_wait.get(k) for k in ("msg", "restarts", "elapsed_s")}
     assert head_wait.get("ready") is True and head_wait.get("restarts") == [], head_wait
     unit = UNIT.format(PAIR)
     head = on(two, "lab-ct", f"systemctl show -P ExecStart {unit}")
@@ -141,6 +142,7 @@ def test_a_killed_rank_is_found_by_a_completion_and_the_group_restarts_in_order(
     killed = time.monotonic()
     head_wait, result = _serve_the_pair(two)
     times["killed rank to the group serving again (container.yml)"] = round(time.monotonic() - killed, 1)
+    times["the head's wait after the kill"] = {k: head_wait.get(k) for k in ("msg", "restarts", "elapsed_s")}
     assert head_wait.get("ready") is True and len(head_wait.get("restarts", [])) == 1, head_wait
     assert "rank 1 (lab-ct2)" in head_wait["restarts"][0] or "completion failed" in head_wait["restarts"][0]
     after = {h: unit_state(two, h, unit) for h in ("lab-ct", "lab-ct2")}

@@ -27,7 +27,7 @@ class Node:
         if name == "ansible.builtin.command":  # systemctl kill / reset-failed
             if args["argv"][1] == "reset-failed" and self.active == "failed":
                 self.active = "inactive"
-            if args["argv"][1] == "kill" and self.active == "deactivating":
+            if args["argv"][1] == "kill" and self.active in ("active", "deactivating"):
                 self.active = "inactive"
             return {"rc": 0}
         if name == "ansible.builtin.systemd_service":
@@ -100,8 +100,12 @@ def test_completions_failing_while_healthy_restart_both_nodes_the_worker_started
     assert "engine dead" in reason
     for node in (head, worker):
         assert [c[1]["state"] for c in node.calls if c[1].get("state")] == ["stopped", "started"]
-        # Each start clears a start limit a crash loop may have left.
-        assert _systemctl(node) == [["systemctl", "reset-failed", UNIT]]
+        # A broken group's units are killed before they are stopped (their ranks hang on SIGTERM), and each start
+        # clears a start limit a crash loop may have left.
+        assert _systemctl(node) == [
+            ["systemctl", "kill", "--signal=SIGKILL", UNIT],
+            ["systemctl", "reset-failed", UNIT],
+        ]
 
 
 def _systemctl(node):
@@ -121,7 +125,7 @@ def test_a_rank_stopping_on_its_own_is_killed_and_the_group_restarted(tmp_path):
         ["systemctl", "kill", "--signal=SIGKILL", UNIT],
         ["systemctl", "reset-failed", UNIT],
     ]
-    assert _systemctl(head) == [["systemctl", "reset-failed", UNIT]]
+    assert _systemctl(head) == [["systemctl", "kill", "--signal=SIGKILL", UNIT], ["systemctl", "reset-failed", UNIT]]
 
 
 def test_a_head_unit_that_keeps_failing_fails_both_waits(tmp_path):
