@@ -6,8 +6,8 @@ import subprocess
 import pytest
 from inference_refdata import ROOT
 
-CONTAINERS = ("static", "unit", "engines", "molecule")
-MACHINES = ("api", "kernel", "lab")
+CONTAINERS = ("static", "unit", "api", "engines", "molecule")
+MACHINES = ("kernel", "lab")
 
 
 def summary(counts, closing):
@@ -29,9 +29,9 @@ def run(tmp_path):
     shutil.copy(ROOT / "scripts/run-tests.sh", tmp_path / "scripts/run-tests.sh")
     (tmp_path / ".venv/bin").mkdir(parents=True)
     stand_in = tmp_path / ".venv/bin/pytest"
-    # The machines stream starts with tests/api, the containers stream with tests/static.
+    # The machines stream starts with tests/kernel, the containers stream with tests/static.
     stand_in.write_text(
-        '#!/bin/sh\nstream=containers; [ "$1" = tests/api ] && stream=machines\n'
+        '#!/bin/sh\nstream=containers; [ "$1" = tests/kernel ] && stream=machines\n'
         'cat "$(dirname "$0")/$stream.out"; exit "$(cat "$(dirname "$0")/$stream.rc")"\n'
     )
     stand_in.chmod(0o755)
@@ -55,29 +55,29 @@ def test_every_layer_passing_is_passed(run):
 
 
 def test_a_layer_of_skips_alone_fails_the_run(run):
-    counts = [("static", 2, 0), ("unit", 37, 0), ("engines", 3, 0), ("molecule", 0, 5)]
-    rc, tail = run(summary(counts, "42 passed, 5 skipped in 9.00s"), all_passed(MACHINES))
+    counts = [("static", 2, 0), ("unit", 37, 0), ("api", 3, 0), ("engines", 3, 0), ("molecule", 0, 5)]
+    rc, tail = run(summary(counts, "45 passed, 5 skipped in 9.00s"), all_passed(MACHINES))
     assert rc == 5
     assert tail == [
-        "make test: static, unit, real engines, molecule: 42 passed, 5 skipped in 9.00s; ran no test: molecule",
-        "make test: API, real kernel, lab: 9 passed in 1.00s",
+        "make test: static, unit, API contract, real engines, molecule: 45 passed, 5 skipped in 9.00s; ran no test: molecule",
+        "make test: real kernel, lab: 6 passed in 1.00s",
         "make test: FAILED",
     ]
 
 
 def test_a_stream_of_skips_or_deselections_alone_fails_the_run(run):
-    machines = summary([(layer, 0, 2) for layer in MACHINES], "6 skipped in 0.50s")
+    machines = summary([(layer, 0, 2) for layer in MACHINES], "4 skipped in 0.50s")
     rc, tail = run(all_passed(CONTAINERS), machines)
     assert rc == 5
     assert tail[-2:] == [
-        "make test: API, real kernel, lab: 6 skipped in 0.50s; ran no test: api kernel lab",
+        "make test: real kernel, lab: 4 skipped in 0.50s; ran no test: kernel lab",
         "make test: FAILED",
     ]
     # Every test deselected: pytest reports no layer at all and exits 5.
     rc, tail = run(all_passed(CONTAINERS), "===== 40 deselected in 0.20s =====\n", machines_rc=5)
     assert rc == 5
     assert tail[-2:] == [
-        "make test: API, real kernel, lab: pytest collected no tests; ran no test: api kernel lab",
+        "make test: real kernel, lab: pytest collected no tests; ran no test: kernel lab",
         "make test: FAILED",
     ]
 
