@@ -59,7 +59,8 @@ def test_a_layer_of_skips_alone_fails_the_run(run):
     rc, tail = run(summary(counts, "45 passed, 5 skipped in 9.00s"), all_passed(MACHINES))
     assert rc == 5
     assert tail == [
-        "make test: static, unit, API contract, real engines, molecule: 45 passed, 5 skipped in 9.00s; ran no test: molecule",
+        "make test: static, unit, API contract, real engines, molecule: 45 passed, 5 skipped in 9.00s; "
+        "ran no test: molecule",
         "make test: real kernel, lab: 6 passed in 1.00s",
         "make test: FAILED",
     ]
