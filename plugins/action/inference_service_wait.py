@@ -75,10 +75,11 @@ class Local:
         return self.last.get("completion") or {"ok": False, "problem": "no completion was asked"}
 
     def stop(self):
-        # Only a broken group is stopped here (group.GroupWait.restart). A rank whose peer died does not leave on
-        # SIGTERM (vLLM's headless rank whose worker died, measured: TimeoutStopSec's whole 180 s; the others wait
-        # in collectives that will never complete): nothing of a broken group is worth the wait. Its processes are
-        # killed, then the unit is stopped, its ExecStopPost still waiting until the GPUs are free.
+        # Only a broken group is stopped here (group.GroupWait.restart). A rank whose peer died may wait in a
+        # collective that never completes (torch gives up on an NCCL collective only after its process group's
+        # timeout, 10 minutes by default), and a graceful stop would wait for it up to TimeoutStopSec: nothing of a
+        # broken group is worth the wait. Its processes are killed, then the unit is stopped, its ExecStopPost still
+        # waiting until the GPUs are free.
         if (self._systemd().get("status") or {}).get("ActiveState") in RUNNING:
             self._command("kill", "--signal=SIGKILL")
         self._systemd(state="stopped")

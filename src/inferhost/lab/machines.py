@@ -34,6 +34,9 @@ from .playbooks import playbook
 from .ssh import prepare_ssh, ssh_endpoint, ssh_volumes, wait_for_ssh
 
 SIM_GPUS = ROOT / "src" / "inferhost" / "sim" / "gpus.yml"
+# The wing's stand-in for the kernel's cgroup-empty notice, for machines whose systemd runs in legacy cgroup mode.
+CGROUP_NOTIFY = ROOT / "src" / "inferhost" / "sim" / "cgroup_notify.sh"
+CGROUP_NOTIFY_UNIT = CGROUP_NOTIFY.with_name("inferhost-lab-cgroup-notify.service")
 # ansible.cfg's fact_caching_connection: the facts every run caches about each machine.
 FACT_CACHE = ROOT / ".cache" / "facts"
 # Where a Proxmox VE node keeps its cluster's CA: the lab host gets the fake API's certificate there.
@@ -189,7 +192,16 @@ def _start_machines(lab: Lab, hosts: list[str]) -> list[str]:
         proc = podman("exec", CONTAINER_PREFIX + host, "apt-get", "update", "-qq", check=False)
         if proc.returncode != 0:
             raise LabError(f"{host}: apt-get update failed: {proc.stderr.strip()[-500:]}")
+        install_cgroup_notify(CONTAINER_PREFIX + host)
     return started
+
+
+def install_cgroup_notify(name: str) -> None:
+    """The wing's stand-in for the kernel's cgroup-empty notice (src/inferhost/sim/cgroup_notify.sh), enabled in
+    machine `name`: it runs where the machine's systemd is in legacy cgroup mode, and nowhere else."""
+    podman("cp", str(CGROUP_NOTIFY), f"{name}:/usr/local/sbin/inferhost-lab-cgroup-notify")
+    podman("cp", str(CGROUP_NOTIFY_UNIT), f"{name}:/etc/systemd/system/{CGROUP_NOTIFY_UNIT.name}")
+    podman("exec", name, "systemctl", "enable", "--now", "--quiet", CGROUP_NOTIFY_UNIT.name)
 
 
 def wait_for_systemd(name: str, timeout: float = 120) -> None:
