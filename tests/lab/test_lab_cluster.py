@@ -6,6 +6,7 @@ of it killed and the group brought back in order by the role. Afterwards the lab
 modules that follow."""
 
 import json
+import re
 import time
 
 import pytest
@@ -130,9 +131,9 @@ def test_one_model_runs_across_both_hosts_rank_0_serving(cluster, times):
 
 
 def test_a_killed_rank_is_found_by_a_completion_and_the_group_restarts_in_order(cluster, times):
-    """Rank 1's vLLM worker killed: its unit hangs stopping (the head may still answer /health for a while). The
-    role's wait finds it, kills what is left, stops the group and starts it again, rank 1 first, the head last,
-    until a completion through the head comes back."""
+    """Rank 1's vLLM worker killed: its unit stops, the head's worker fails with it (the head may still answer
+    /health for a while). The role's wait finds the broken group, kills what is left, stops the group and starts
+    it again, rank 1 first, the head last, until a completion through the head comes back."""
     two = cluster[0]
     unit = UNIT.format(PAIR)
     before = {h: unit_state(two, h, unit) for h in ("lab-ct", "lab-ct2")}
@@ -144,7 +145,10 @@ def test_a_killed_rank_is_found_by_a_completion_and_the_group_restarts_in_order(
     times["killed rank to the group serving again (container.yml)"] = round(time.monotonic() - killed, 1)
     times["the head's wait after the kill"] = {k: head_wait.get(k) for k in ("msg", "restarts", "elapsed_s")}
     assert head_wait.get("ready") is True and len(head_wait.get("restarts", [])) == 1, head_wait
-    assert "rank 1 (lab-ct2)" in head_wait["restarts"][0] or "completion failed" in head_wait["restarts"][0]
+    # What the wait sees first is a race: rank 1's unit stopping, or the head, whose worker failed with its peer,
+    # exiting and restarted by systemd, or a completion failing. Each is the kill's doing and restarts the group.
+    reason = head_wait["restarts"][0]
+    assert re.match(r"rank (1 \(lab-ct2\)|0 \(lab-ct\)): ", reason) or "completion failed" in reason, reason
     after = {h: unit_state(two, h, unit) for h in ("lab-ct", "lab-ct2")}
     assert all(after[h]["InvocationID"] != before[h]["InvocationID"] for h in after), (before, after)
     # In order: rank 1 started before the head (the containers share this machine's monotonic clock).
