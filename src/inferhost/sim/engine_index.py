@@ -165,28 +165,29 @@ def build(outdir: Path, wheels: list[dict]) -> bool:
         if "index" in src:
             source = fetched_wheel(spec["name"], spec["version"], src, outdir / "sources")
             target = outdir / "simple" / project / source.name
-            stamp = target.with_suffix(".source-sha256")
             source_digest = hashlib.sha256(source.read_bytes()).hexdigest()
-            if not (target.exists() and stamp.exists() and stamp.read_text() == source_digest):
-                target.parent.mkdir(parents=True, exist_ok=True)
+
+            def make(source=source, target=target):
                 shutil.copyfile(source, target)
-                stamp.write_text(source_digest)
-                changed = True
         else:
             source = source_wheel(src["project"], src["version"], src["platform"], outdir / "sources")
             tag = source.name.removesuffix(".whl").split("-", 2)[2]
-            filename = f"{spec['name'].replace('-', '_')}-{spec['version']}-{tag}.whl"
-            target = outdir / "simple" / project / filename
-            # The repacked wheel is kept with the sha256 of its source and of this repacker beside it: the same
-            # source is not repacked again by the same code.
-            stamp = target.with_suffix(".source-sha256")
+            target = outdir / "simple" / project / f"{spec['name'].replace('-', '_')}-{spec['version']}-{tag}.whl"
+            # A repacked wheel's stamp holds the sha256 of this repacker too: the same source is not repacked again
+            # by the same code.
             source_digest = " ".join(hashlib.sha256(p.read_bytes()).hexdigest() for p in (source, Path(__file__)))
-            if not (target.exists() and stamp.exists() and stamp.read_text() == source_digest):
-                target.parent.mkdir(parents=True, exist_ok=True)
-                _, data = repack(source, spec["name"], spec["version"])
-                target.write_bytes(data)
-                stamp.write_text(source_digest)
-                changed = True
+
+            def make(source=source, target=target, spec=spec):
+                target.write_bytes(repack(source, spec["name"], spec["version"])[1])
+
+        # Each wheel is kept with the sha256 of what it was made from beside it: it is made again only when that
+        # changed.
+        stamp = target.with_suffix(".source-sha256")
+        if not (target.exists() and stamp.exists() and stamp.read_text() == source_digest):
+            target.parent.mkdir(parents=True, exist_ok=True)
+            make()
+            stamp.write_text(source_digest)
+            changed = True
         filename = target.name
         digest = hashlib.sha256(target.read_bytes()).hexdigest()
         wanted[target] = target
