@@ -111,6 +111,7 @@ class ActionModule(ActionBase):
             "confirm",
             "join_timeout",
             "board_dir",
+            "complete",
         )
     )
 
@@ -122,13 +123,22 @@ class ActionModule(ActionBase):
                 raise AnsibleActionFail(f"inference_service_wait needs {required}")
         if args.get("group") and not self._task.check_mode:
             return self.run_group(result, args, task_vars or {})
+        return self.run_single(result, args, task_vars or {})
+
+    def run_single(self, result, args, task_vars):
+        """The wait of a service on one node."""
         timeout = int(args.get("timeout", 2700))
         interval = max(1, int(args.get("interval", 10)))
         grace = int(args.get("grace", 30))
         probe_args = {k: args[k] for k in ("url", "model", "unit", "secret_file") if args.get(k)}
+        # A dead engine answers /health for a while: served means a one-token completion came back too, unless the
+        # caller asks the completion itself (validate.yml, with its own bound).
+        probe_args["complete"] = bool(args.get("complete", True))
+        confirm = max(1, int(args.get("confirm", 2)))
         host = task_vars.get("inventory_hostname", "?")
         start = time.monotonic()
-        restarts = None
+        restarts = first_restarts = None
+        failed_completions, previous_log = 0, ""
         while True:
             probe = self._execute_module(
                 module_name="inference_service_probe", module_args=probe_args, task_vars=task_vars
@@ -139,6 +149,8 @@ class ActionModule(ActionBase):
             state = probe.get("unit_state") or {}
             active, sub = state.get("ActiveState", "?"), state.get("SubState", "?")
             restarts = state.get("NRestarts", restarts)
+            if first_restarts is None and restarts not in (None, "?"):
+                first_restarts = restarts
             line = (
                 f"{host} {args['unit']}: {fmt(elapsed)} {active} ({sub}), health {probe.get('health')}, "
                 f"last log: {probe.get('last_log') or '-'}"
@@ -152,13 +164,28 @@ class ActionModule(ActionBase):
                 health=probe.get("health"),
                 ready=bool(probe.get("ready")),
             )
+            completion = probe.get("completion") or {}
+            generates = completion.get("ok") or not probe_args["complete"]
             # "?": no systemd answered for the unit (a service run by hand): the model served is the answer.
-            if probe.get("ready") and active in ("active", "?"):
+            if probe.get("ready") and active in ("active", "?") and generates:
                 result.update(changed=False, msg=f"{args['model']} is served after {fmt(elapsed)}")
                 return result
             if self._task.check_mode:
                 result.update(changed=False, msg="check mode: probed once, not waiting")
                 return result
+            failure = self.first_failure(args, state, first_restarts, previous_log, elapsed)
+            if failure:
+                result.update(failed=True, msg=failure)
+                return result
+            failed_completions = failed_completions + 1 if probe.get("ready") and completion else 0
+            if failed_completions >= confirm:
+                result.update(
+                    failed=True,
+                    msg=f"{args['unit']} answers /health and lists {args['model']}, but {failed_completions} "
+                    f"completions in a row failed: {completion.get('problem') or '?'} (journalctl -u {args['unit']})",
+                )
+                return result
+            previous_log = probe.get("last_log") or previous_log
             if active == "failed" or (active == "inactive" and elapsed > grace):
                 result.update(
                     failed=True,
@@ -174,6 +201,23 @@ class ActionModule(ActionBase):
                 )
                 return result
             time.sleep(min(interval, max(0.0, timeout - elapsed)))
+
+    @staticmethod
+    def first_failure(args, state, first_restarts, previous_log, elapsed):
+        """The engine's first failure when systemd restarted the unit on its own since the wait began (its next load
+        would only hide it), else None."""
+        now = state.get("NRestarts")
+        try:
+            restarted = first_restarts is not None and int(now) > int(first_restarts)
+        except (TypeError, ValueError):
+            restarted = False
+        if not restarted:
+            return None
+        return (
+            f"{args['unit']} failed and systemd restarted it on its own after {fmt(elapsed)} of waiting (NRestarts "
+            f"{first_restarts} -> {now}); its last log line before: {previous_log or '-'} "
+            f"(journalctl -u {args['unit']})"
+        )
 
     def run_group(self, result, args, task_vars):
         """The wait of one node of a group (see the module's docstring)."""

@@ -81,7 +81,7 @@ completion:
 """
 
 
-PROBE_LINE = re.compile(r'"GET /(health|v1/models) HTTP')
+PROBE_LINE = re.compile(r'"(GET /(health|v1/models|metrics)|POST /v1/completions) HTTP')
 
 
 def unit_state(module, unit):

@@ -12,7 +12,11 @@ description:
   - Probes the service with M(inference_service_probe) until C(/health) answers 200, C(/v1/models) lists the
     model and the unit is active, printing elapsed time, unit state, health and the unit's last log line at
     every probe, instead of waiting silently through a 30-minute model load.
-  - Fails at once when the unit has failed or stays inactive, and after O(timeout).
+  - Served means a one-token completion came back too (O(complete)): a dead engine answers C(/health) for a while.
+    Completions that fail O(confirm) times in a row while the service says it is healthy fail the wait.
+  - Fails at once when the unit has failed or stays inactive, and after O(timeout); and, naming the engine's last log
+    line before it, when systemd restarted the unit on its own during the wait (its C(NRestarts) grew), instead of
+    waiting through the next load.
   - In check mode it probes once and reports, without waiting.
   - With O(group), a service across several nodes, every node of the group runs this task at the same time (one
     fork each, so the play's forks must be at least the number of nodes, and no C(--limit) may leave one out). The
@@ -52,14 +56,20 @@ options:
     default: 2
   confirm:
     description:
-      - Completions that must fail in a row, C(/health) saying ok, before the group is restarted (with O(group)).
-        A failed unit restarts it at once.
+      - Completions that must fail in a row, C(/health) saying ok, before the wait fails (one node) or the group is
+        restarted (with O(group)). A failed unit restarts the group at once.
     type: int
     default: 2
   join_timeout:
     description: Seconds the waits of the group's nodes may take to find each other (with O(group)).
     type: int
     default: 300
+  complete:
+    description:
+      - Ask a one-token completion once the service answers ready, and count it served only when it comes back
+        (one node; a group's head always asks). C(false) for a caller that asks its own (C(validate.yml)).
+    type: bool
+    default: true
   board_dir:
     description: Directory on the controller for the file the group's waits share; default the temporary directory.
     type: path

@@ -57,6 +57,12 @@ options:
     description: Seconds one request may take.
     type: int
     default: 600
+  completion_timeout:
+    description:
+      - Seconds the first request, the one-token completion, may take. It bounds how long a hung engine (one that
+        still answers C(/health)) takes to be called not generating; far above an idle engine's first-token time.
+    type: int
+    default: 30
   service:
     description: The service's name, for the messages; the model name when not given.
     type: str
@@ -439,7 +445,7 @@ def metric_part(call, p):
 def run_checks(call, p):
     """Every check in turn; (ok, message, the module's result values)."""
     service = p["service"] or p["model"]
-    completion = one_token(call, p["model"])
+    completion = one_token(lambda path, body=None: call(path, body, timeout=p["completion_timeout"]), p["model"])
     if not completion["ok"]:
         message = (
             f"{service}: {completion['problem'].rstrip('.')}. Nothing else was asked: an engine whose generation "
@@ -476,6 +482,7 @@ def main():
             "reasoning_max_tokens": {"type": "int", "default": 4096},
             "secret_file": {"type": "path"},
             "request_timeout": {"type": "int", "default": 600},
+            "completion_timeout": {"type": "int", "default": 30},
             "service": {"type": "str"},
             "engine": {"type": "str", "choices": ["vllm", "sglang"]},
             "tool_call_parser": {"type": "str"},
@@ -491,8 +498,8 @@ def main():
     key = read_key(p["secret_file"])
     base = p["url"].rstrip("/")
 
-    def call(path, body=None):
-        return exchange(base + path, key, body, timeout=p["request_timeout"])
+    def call(path, body=None, timeout=None):
+        return exchange(base + path, key, body, timeout=timeout or p["request_timeout"])
 
     ok, message, values = run_checks(call, p)
     if not ok:

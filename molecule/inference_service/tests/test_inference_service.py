@@ -137,6 +137,17 @@ def test_units_are_rendered_as_designed(host):
     assert not host.file(f"{lib}/gpu_switch/__init__.py").exists  # holders.py alone, not gpu-switch
 
 
+def test_the_watchdog_is_installed_with_the_active_service_and_left_stopped_when_disabled(host):
+    """The scenario disables it (molecule.yml says why): its unit and configuration are there, it runs not."""
+    config = json.loads(host.file("/etc/inferhost/watchdog.json").content_string)
+    assert [(s["name"], s["unit"], s["engine"]) for s in config["services"]] == [("svc-a", UNIT_A, "vllm")]
+    assert config["services"][0]["secret_file"] == "/etc/inferhost/services/svc-a.secret.env"
+    assert KEY not in host.file("/etc/inferhost/watchdog.json").content_string
+    watchdog = host.service("inferhost-watchdog.service")
+    assert not watchdog.is_running and not watchdog.is_enabled
+    assert host.file("/usr/local/sbin/inferhost-watchdog").mode == 0o755
+
+
 def test_each_engine_accepted_its_service_and_the_verdicts_are_root_only(host):
     cache = host.file("/var/cache/inferhost/engine-check.json")
     assert cache.user == "root" and cache.mode == 0o600

@@ -133,3 +133,64 @@ def test_a_head_unit_that_keeps_failing_fails_both_waits(tmp_path):
     results = run_group(head, worker, tmp_path, max_restarts=1)
     for name in ("ct-a", "ct-b"):
         assert results[name]["failed"] and "restarted 1 times already" in results[name]["msg"]
+
+
+# --- one node -----------------------------------------------------------------------------------------------------
+
+
+class Single:
+    """The probe module's answers on one node, one per look from a script (the last repeats)."""
+
+    def __init__(self, looks):
+        self.looks, self.calls = list(looks), []
+
+    def module(self, name, args):
+        self.calls.append((name, args))
+        return self.looks.pop(0) if len(self.looks) > 1 else self.looks[0]
+
+
+def look(active="active", restarts="0", ready=True, completion=None, last_log=""):
+    answer = {
+        "ready": ready,
+        "health": 200 if ready else "no answer: connection refused",
+        "unit_state": {"ActiveState": active, "SubState": "running", "Result": "success", "NRestarts": restarts},
+        "last_log": last_log,
+    }
+    if ready:
+        answer["completion"] = completion or {"ok": True, "problem": ""}
+    return answer
+
+
+def run_single(node, **extra):
+    args = {"url": "http://127.0.0.1:8000", "model": "M", "unit": UNIT, "interval": 1, "timeout": 30, **extra}
+    return plugin(node, args).run(task_vars={"inventory_hostname": "ct-a"})
+
+
+def test_served_means_a_completion_came_back_not_only_health():
+    node = Single([look()])
+    result = run_single(node)
+    assert result.get("failed") is not True and result["ready"], result
+    assert node.calls[0][1]["complete"] is True
+
+
+def test_a_dead_engine_that_answers_health_fails_the_wait_naming_the_completion():
+    dead = {"ok": False, "problem": "POST /v1/completions answered 500: EngineDeadError"}
+    node = Single([look(completion=dead)])
+    result = run_single(node)
+    assert result["failed"] and "EngineDeadError" in result["msg"] and "2 completions in a row" in result["msg"]
+    assert len(node.calls) == 2
+
+
+def test_a_restart_by_systemd_during_the_wait_names_the_first_failure_instead_of_waiting_through_the_next_load():
+    node = Single(
+        [
+            look(active="activating", restarts="0", ready=False, last_log="Loading weights"),
+            look(active="activating", restarts="0", ready=False, last_log="RuntimeError: CUDA error: out of memory"),
+            look(active="activating", restarts="1", ready=False, last_log="Starting the engine"),
+            look(),
+        ]
+    )
+    result = run_single(node)
+    assert result["failed"], result
+    assert "NRestarts 0 -> 1" in result["msg"] and "out of memory" in result["msg"], result["msg"]
+    assert len(node.calls) == 3
