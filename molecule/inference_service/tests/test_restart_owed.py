@@ -22,16 +22,21 @@ MARKER = "/var/lib/inferhost-service/restart-owed"
 ARGS = ["-e", '{"restart_owed_args": {"max-num-seqs": 8}}']
 
 
-def interrupted(hosts):
+# The second change: a run of the whole role that stops between the unit and the record of the owed restart (the
+# record's directory cannot be made), before its daemon reload.
+BEFORE_MARKER = ["-e", '{"restart_owed_args": {"max-num-seqs": 16}}', "-e", "inference_service_state_dir=/proc/none"]
+
+
+def interrupted(hosts, argv=(*ARGS, "-e", "restart_owed_interrupt=true"), says="interrupted after the units"):
     """The run that fails after the units: it must fail there, on every host."""
     env = {**os.environ, "ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")}
-    argv = ["ansible-playbook", "-i", os.environ["MOLECULE_INVENTORY_FILE"], "--limit", ",".join(hosts)]
-    argv += [*ARGS, "-e", "restart_owed_interrupt=true", str(PLAYBOOK)]
-    proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
+    command = ["ansible-playbook", "-i", os.environ["MOLECULE_INVENTORY_FILE"], "--limit", ",".join(hosts)]
+    command += [*argv, str(PLAYBOOK)]
+    proc = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
     assert proc.returncode != 0, proc.stdout[-4000:]
     for host in hosts:
         assert re.search(rf"^fatal: \[{re.escape(host)}\]: FAILED!", proc.stdout, re.M), proc.stdout[-4000:]
-    assert "interrupted after the units" in proc.stdout, proc.stdout[-4000:]
+    assert says in proc.stdout, proc.stdout[-4000:]
 
 
 def state(host):
@@ -66,6 +71,11 @@ def seen(request):
             changed = play(PLAYBOOK, hosts, *ARGS)
             steps[step] = {h: {"changed": changed[h], **state(m)} for h, m in machines.items()}
         steps["check"] = {h: {"changed": n} for h, n in play(PLAYBOOK, hosts, "--check", *ARGS).items()}
+        interrupted(hosts, BEFORE_MARKER, "Record that the active service owes a restart")
+        steps["before_marker"] = {h: state(m) for h, m in machines.items()}
+        reset()
+        changed = play(PLAYBOOK, hosts, "-e", '{"restart_owed_args": {"max-num-seqs": 16}}')
+        steps["after_marker_run"] = {h: {"changed": changed[h], **state(m)} for h, m in machines.items()}
     finally:
         reset()
         play(SCENARIO / "converge.yml", hosts)  # the converge's services again, for the tests run after
@@ -96,3 +106,12 @@ def test_the_next_run_restarts_the_service_and_forgets_the_owed_restart(at):
 def test_the_run_after_it_and_a_check_change_nothing(at):
     assert at["again"]["changed"] == 0 and at["again"]["pid"] == at["converge"]["pid"]
     assert at["check"]["changed"] == 0
+
+
+def test_a_run_stopped_between_the_unit_and_the_record_still_owes_the_restart(at):
+    """No record was written and systemd never read the new unit: the next run restarts the service all the same."""
+    stopped, rerun = at["before_marker"], at["after_marker_run"]
+    assert "--max-num-seqs 16" in stopped["unit"] and stopped["marker"] is None
+    assert stopped["pid"] == at["again"]["pid"] and "--max-num-seqs 16" not in stopped["cmdline"]
+    assert rerun["pid"] != stopped["pid"] and re.search(r"--max-num-seqs 16\b", rerun["cmdline"])
+    assert rerun["active"] == "active"

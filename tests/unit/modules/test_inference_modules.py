@@ -212,10 +212,11 @@ class FakeService:
     """The service's HTTP answers by path, as client.exchange gives them; records what was asked."""
 
     def __init__(self, answers):
-        self.answers, self.asked = answers, []
+        self.answers, self.asked, self.timeouts = answers, [], {}
 
-    def __call__(self, path, body=None):
+    def __call__(self, path, body=None, timeout=None):
         self.asked.append(path)
+        self.timeouts.setdefault(path, timeout)
         status, reply = self.answers.get(path, (404, {"detail": "Not Found"}))
         if callable(reply):
             reply = reply(body)
@@ -247,6 +248,7 @@ def smoke_params(**extra):
         "metrics": True,
         "max_tokens": 256,
         "reasoning_max_tokens": 4096,
+        "completion_timeout": 30,
         "prompts": [{"prompt": "What is 17 + 25?", "expect": "42"}],
     }
     return {**params, **extra}
@@ -277,8 +279,9 @@ def test_smoke_one_token_completion(completion, problem):
 def test_smoke_stops_at_a_dead_engine_and_names_the_service_and_what_came_back():
     dead = (500, {"object": "error", "message": "EngineCore encountered an issue. See stack trace (above)."})
     service = FakeService({"/v1/completions": dead, "/health": (200, {})})
-    ok, message, values = SMOKE.run_checks(service, smoke_params())
+    ok, message, values = SMOKE.run_checks(service, smoke_params(completion_timeout=7))
     assert not ok and service.asked == ["/v1/completions"]
+    assert service.timeouts["/v1/completions"] == 7  # a hung engine is called not generating within this bound
     assert message.startswith("svc: the one-token completion (POST /v1/completions, max_tokens 1) answered HTTP 500: ")
     assert "EngineCore encountered an issue. See stack trace (above). Nothing else was asked" in message
     assert values["completion"]["ok"] is False
