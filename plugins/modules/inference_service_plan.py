@@ -75,6 +75,13 @@ options:
     description: Default seconds a model load may take (a service's C(load_timeout_s) wins).
     type: int
     default: 2700
+  drain_timeout_s:
+    description:
+      - Seconds a stop lets the requests in flight finish. vLLM 0.18.0 and later get C(--shutdown-timeout) with it (a
+        service whose C(args) set the flag keeps its own); an older vLLM cannot drain, which the plan warns of.
+        C(0) drains nothing.
+    type: int
+    default: 60
   sglang_launcher:
     description:
       - Path of the role's SGLang launcher, which SGLang command lines run with the environment's Python. It
@@ -254,7 +261,12 @@ def plan_one(params, service, units, where=None):
     url = (
         f"http://[{host}]:{service.get('port', 8000)}" if ":" in host else f"http://{host}:{service.get('port', 8000)}"
     )
-    argv = command.build_argv(service, load_timeout_s=timeout, sglang_launcher=params["sglang_launcher"], where=where)
+    drain, drain_warning = command.drain_args(service, version, params["drain_timeout_s"])
+    if drain_warning:
+        result["warnings"].append(drain_warning)
+    argv = command.build_argv(
+        service, load_timeout_s=timeout, sglang_launcher=params["sglang_launcher"], where=where, drain=drain
+    )
     env = command.build_environment(
         service, unit=unit, load_timeout_s=timeout, common=params["common_env"], where=where
     )
@@ -299,6 +311,7 @@ def main():
             "min_kv_cache_tokens": {"type": "int", "default": 32768},
             "unit_prefix": {"type": "str", "default": "inference-"},
             "load_timeout_s": {"type": "int", "default": 2700},
+            "drain_timeout_s": {"type": "int", "default": 60},
             "sglang_launcher": {"type": "path", "default": "/usr/local/libexec/inferhost/sglang-launch"},
             "common_env": {"type": "dict", "default": {}},
             "fail_on_refusal": {"type": "bool", "default": True},

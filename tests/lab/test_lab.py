@@ -10,6 +10,7 @@ import subprocess
 import time
 
 import pytest
+from inference import bench
 from lab_testlib import ansible_playbook, on, one_token, running, service, unit_state, watchdog_state
 from pve_api import ApiError
 
@@ -279,6 +280,105 @@ def test_a_hung_engine_that_still_answers_health_is_restarted_by_the_watchdog(la
     assert "restarting it" in journal and "not generating" in journal
     record = {"hung engine: serving again after (s)": round(seconds, 1)}
     (labmod.STATE / "watchdog-recovery.json").write_text(json.dumps(record))
+
+
+def test_a_saturated_service_is_judged_busy_and_never_restarted(lab, deployed):
+    """vLLM's own benchmark at concurrency 64 for at least a minute: the watchdog judges the engine by its token
+    counters (a one-token request would queue behind 64 others), restarts nothing, and no request fails."""
+    svc = service(lab)
+    argv, result = bench.bench_argv(
+        svc,
+        url=f"http://127.0.0.1:{svc['port']}",
+        served_name=svc["model"]["served_name"],
+        concurrency=64,
+        rounds=4,
+        input_tokens=32,
+        output_tokens=1024,
+        api="completions",
+        result_dir="/tmp/inferhost-saturation",
+    )
+    key = "sed -n 's/^INFERHOST_API_KEY=\"\\(.*\\)\"/\\1/p' /etc/inferhost/services/lab-vllm.secret.env"
+    run = f"mkdir -p /tmp/inferhost-saturation && OPENAI_API_KEY=$({key}) {shlex.join(argv)} >/dev/null 2>&1"
+    before = (unit_state(lab, "lab-ct", UNIT), watchdog_state(lab)["services"]["lab-vllm"])
+    began, totals = time.monotonic(), {"completed": 0, "failed": 0, "runs": 0}
+    while time.monotonic() - began < 60:
+        on(lab, "lab-ct", run)
+        figures = json.loads(on(lab, "lab-ct", f"cat {result}"))
+        totals = {
+            "completed": totals["completed"] + figures["completed"],
+            "failed": totals["failed"] + figures["failed"],
+            "runs": totals["runs"] + 1,
+        }
+    seconds = time.monotonic() - began
+    after = (unit_state(lab, "lab-ct", UNIT), watchdog_state(lab)["services"]["lab-vllm"])
+    assert totals["failed"] == 0 and totals["completed"] == totals["runs"] * 256, totals
+    assert after[0]["MainPID"] == before[0]["MainPID"] and after[0]["NRestarts"] == before[0]["NRestarts"]
+    assert after[1]["restarts"] == before[1]["restarts"], after[1]
+    assert after[1]["judged"]["busy"] > before[1]["judged"]["busy"], after[1]  # judged busy, by its counters
+    path = labmod.STATE / "watchdog-recovery.json"
+    record = json.loads(path.read_text()) if path.exists() else {}
+    record["saturation at concurrency 64"] = {**totals, "seconds": round(seconds, 1), "restarts": 0}
+    path.write_text(json.dumps(record))
+
+
+# In the container: a streamed completion; once its first tokens came, a planned stop of the unit (a restart, as a
+# changed unit or a key rotation does) and a new request during the drain. Prints what each got, as JSON.
+_STREAM_THROUGH_A_RESTART = """
+import json, re, subprocess, threading, time, urllib.request as u
+secret = open('/etc/inferhost/services/lab-vllm.secret.env').read()
+key = re.search(r'INFERHOST_API_KEY="?([^"\\n]*)', secret)[1]
+def post(body, timeout):
+    data = json.dumps({'model': MODEL, 'prompt': 'Write about the sea.', 'ignore_eos': True, **body}).encode()
+    r = u.Request(URL + '/v1/completions', data=data,
+                  headers={'Authorization': 'Bearer ' + key, 'Content-Type': 'application/json'})
+    return u.urlopen(r, timeout=timeout)
+chunks, finish, generated, late = 0, None, None, {}
+def late_request():
+    try:
+        with post({'max_tokens': 4}, 30) as answer:
+            late['status'] = answer.status
+            late['tokens'] = json.load(answer)['usage']['completion_tokens']
+    except Exception as e:
+        late['error'] = str(e)
+body = {'max_tokens': TOKENS, 'stream': True, 'stream_options': {'include_usage': True}}
+with post(body, 120) as stream:
+    for raw in stream:
+        line = raw.decode().strip()
+        if not line.startswith('data: {'):
+            continue
+        chunk = json.loads(line[6:])
+        generated = (chunk.get('usage') or {}).get('completion_tokens', generated)
+        if not chunk.get('choices'):
+            continue
+        chunks += 1
+        finish = chunk['choices'][0].get('finish_reason') or finish
+        if chunks == 20:
+            subprocess.run(['systemctl', 'restart', '--no-block', UNIT], check=True)
+            time.sleep(1)
+            threading.Thread(target=late_request).start()
+time.sleep(2)
+print(json.dumps({'chunks': chunks, 'finish': finish, 'generated': generated, 'late': late}))
+"""
+
+
+def test_a_planned_stop_lets_the_requests_in_flight_finish(lab, deployed):
+    """A restart of the unit while a completion streams: the engine's main process alone gets SIGTERM
+    (KillMode=mixed) and vLLM drains (--shutdown-timeout): the stream gets every token it asked for, and a request
+    that comes during the drain is refused before it starts rather than cut."""
+    svc, tokens = service(lab), 1500
+    unit_file = on(lab, "lab-ct", f"cat /etc/systemd/system/{UNIT}")
+    assert "KillMode=mixed" in unit_file and "--shutdown-timeout" in unit_file
+    script = _STREAM_THROUGH_A_RESTART.replace("URL", repr(f"http://127.0.0.1:{svc['port']}"))
+    script = script.replace("MODEL", repr(svc["model"]["served_name"])).replace("TOKENS", str(tokens))
+    script = script.replace("UNIT", repr(UNIT))
+    before = unit_state(lab, "lab-ct", UNIT)
+    seen = json.loads(on(lab, "lab-ct", f"python3 -c {shlex.quote(script)}").splitlines()[-1])
+    assert seen["finish"] == "length" and seen["generated"] == tokens, seen
+    assert "error" in seen["late"] or seen["late"].get("tokens") == 4, seen  # refused, never cut
+    _serving_again(lab, time.monotonic())
+    assert unit_state(lab, "lab-ct", UNIT)["MainPID"] != before["MainPID"]
+    drains = on(lab, "lab-ct", f"journalctl -u {UNIT} --no-pager -o cat --grep 'stopping engine client mode=' || true")
+    assert drains.splitlines()[-1].endswith("mode=drain timeout=60s"), drains
 
 
 def test_the_service_comes_back_every_time_its_engine_dies_with_no_play(lab, deployed):

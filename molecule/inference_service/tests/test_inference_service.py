@@ -105,7 +105,8 @@ def test_units_are_rendered_as_designed(host):
     for line in (
         "Type=exec",
         "User=inferhost",
-        "KillMode=control-group",
+        "KillMode=mixed",
+        "TimeoutStopSec=240",
         "Restart=always",
         "RestartSec=2",
         "StartLimitBurst=3",

@@ -152,10 +152,32 @@ def _node_args(engine, where):
     return [*common, "--dist-init-addr", f"{host}:{where['port']}"]
 
 
-def build_argv(service, *, load_timeout_s=2700, sglang_launcher=SGLANG_LAUNCHER, where=None):
+# vLLM drains on SIGTERM from 0.18.0: it refuses new requests and lets those in flight finish for up to
+# --shutdown-timeout seconds (its default, 0, aborts them). SGLang's main process drains on SIGTERM without a flag.
+VLLM_DRAIN_SINCE = "0.18.0"
+
+
+def drain_args(service, engine_version, drain_timeout_s):
+    """``(flags, warning)``: the engine's flags for a drain of ``drain_timeout_s`` seconds before a stop, and what
+    to say when the engine cannot drain. A service whose ``args`` set the flag keeps its own."""
+    if service.get("engine") != "vllm" or not drain_timeout_s or _sets(service, "shutdown-timeout"):
+        return [], ""
+    from .plan import version_below  # noqa: PLC0415 - plan imports this module
+
+    where = f"vLLM {engine_version}" if engine_version else "vLLM of an unknown version"
+    if not engine_version or version_below(engine_version, VLLM_DRAIN_SINCE):
+        return [], (
+            f"{where} cannot drain: a stop (a move, a unit change, a key rotation) aborts the requests in flight; "
+            f"vLLM {VLLM_DRAIN_SINCE} and later drain them for inference_service_drain_timeout_s (--shutdown-timeout)"
+        )
+    return ["--shutdown-timeout", str(int(drain_timeout_s))], ""
+
+
+def build_argv(service, *, load_timeout_s=2700, sglang_launcher=SGLANG_LAUNCHER, where=None, drain=()):
     """The engine's argv (a list of str). It never holds the API key (see the module's docstring).
 
-    ``where``: the node's ``placement`` in a service that spans several nodes (None on one node).
+    ``where``: the node's ``placement`` in a service that spans several nodes (None on one node); ``drain``: the
+    flags of ``drain_args``.
     """
     engine = service["engine"]
     if engine not in KV_CACHE_SPELLING:
@@ -190,6 +212,7 @@ def build_argv(service, *, load_timeout_s=2700, sglang_launcher=SGLANG_LAUNCHER,
         if not _sets(service, "enable-metrics"):
             argv.append("--enable-metrics")
     argv += _node_args(engine, where)
+    argv += list(drain)
     argv += _args(service.get("args"))
     return argv
 

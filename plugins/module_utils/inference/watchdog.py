@@ -123,6 +123,7 @@ class Memory:
     progress: float | None = None
     progress_at: float = 0.0
     last_ok: float = 0.0
+    judged: dict = field(default_factory=lambda: {"idle": 0, "busy": 0})  # judgments of each kind, since the start
 
 
 class Systemd:
@@ -209,6 +210,7 @@ class Watchdog:
             if moved:
                 mem.progress, mem.progress_at = progress, now
             if busy > 0:
+                mem.judged["busy"] += 1
                 if moved:
                     return OK, f"busy ({busy:g} requests running or waiting), its token counters moving"
                 still = now - mem.progress_at
@@ -218,6 +220,7 @@ class Watchdog:
                         f"(the window is {self.settings.busy_window_s:g} s)"
                     )
                 return OK, f"busy ({busy:g} requests), no token counted for {still:.0f} s yet"
+        self.memory.judged["idle"] += 1
         completion = self.api.complete()
         if completion.get("ok"):
             return OK, "a one-token completion came back"
@@ -319,6 +322,7 @@ class Watchdog:
             "restarts": list(mem.restarts),
             "given_up": mem.given_up,
             "last_ok": mem.last_ok,
+            "judged": dict(mem.judged),
         }
 
 

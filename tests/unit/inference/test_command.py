@@ -7,6 +7,7 @@ from inference.command import (
     SGLANG_LAUNCHER,
     build_argv,
     build_environment,
+    drain_args,
     env_file_line,
     secret_names,
     served_api,
@@ -190,3 +191,25 @@ def test_systemd_command_round_trips_through_a_shell_like_split():
 def test_environment_lines_are_quoted():
     assert systemd_environment("A", 'x "y" 50%') == '"A=x \\"y\\" 50%%"'
     assert env_file_line("KEY", 'se"cr\\et') == 'KEY="se\\"cr\\\\et"'
+
+
+@pytest.mark.parametrize(
+    ("engine", "version", "args", "flags", "warned"),
+    [
+        ("vllm", "0.32.0+cpu", {}, ["--shutdown-timeout", "60"], False),
+        ("vllm", "0.18.0", {}, ["--shutdown-timeout", "60"], False),
+        ("vllm", "0.16.0", {}, [], True),  # the example's pin: no drain, and the plan says so
+        ("vllm", None, {}, [], True),
+        ("vllm", "0.32.0", {"shutdown-timeout": 5}, [], False),  # the service's own wins
+        ("sglang", "0.5.9", {}, [], False),  # SGLang drains on SIGTERM itself
+    ],
+)
+def test_a_stop_drains_where_the_engine_can(engine, version, args, flags, warned):
+    service = {"engine": engine, "environment": "/opt/venvs/x", "model": {"path": "/m"}, "gpus": [0], "args": args}
+    got, warning = drain_args(service, version, 60)
+    assert got == flags and bool(warning) is warned
+    if warned:
+        assert "aborts the requests in flight" in warning and "0.18.0" in warning
+    argv = build_argv(service, drain=got)
+    assert (argv.count("--shutdown-timeout") == 1) is bool(flags or args)
+    assert drain_args(service, version, 0) == ([], "")

@@ -118,6 +118,7 @@ def test_a_busy_service_is_judged_by_its_token_counters_not_by_a_completion_that
         assert "counters moving" in dog.look()
         fake.now += 10
     assert ("complete",) not in fake.calls and not restarts(fake)
+    assert dog.state()["judged"] == {"idle": 0, "busy": 6}
 
 
 def test_a_busy_service_whose_counters_stand_still_past_the_window_is_restarted():
