@@ -12,8 +12,8 @@ description:
   - Probes the service with M(inference_service_probe) until C(/health) answers 200, C(/v1/models) lists the
     model and the unit is active, printing elapsed time, unit state, health and the unit's last log line at
     every probe, instead of waiting silently through a 30-minute model load.
-  - Served means a one-token completion came back too (O(complete)): a dead engine answers C(/health) for a while.
-    Completions that fail O(confirm) times in a row while the service says it is healthy fail the wait.
+  - Served means a one-token completion came back too (O(complete)), since a dead engine answers C(/health) for a
+    while. Completions that fail O(confirm) times in a row while the service says it is healthy fail the wait.
   - Fails at once when the unit has failed or stays inactive, and after O(timeout); and, naming the engine's last log
     line before it, when systemd restarted the unit on its own during the wait (its C(NRestarts) grew), instead of
     waiting through the next load.
