@@ -57,7 +57,8 @@ EXAMPLES = r"""
     unit: inference-qwen35.service
     name: qwen35
     marker: /var/lib/inferhost-service/restart-owed
-    paths: [/etc/systemd/system/inference-qwen35.service, /etc/inferhost/services/qwen35.secret.env]
+    paths: [/etc/inferhost/services/qwen35.secret.env, /usr/local/lib/inferhost/gpu-guard]
+    ignore: [watchdog.py]
   register: __owed
 """
 

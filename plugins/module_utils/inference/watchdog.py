@@ -326,15 +326,19 @@ class Watchdog:
         }
 
 
-def write_state(path, watchdogs, now):
-    """The state file, replaced whole (readers never see half of it)."""
-    data = {"updated": now, "services": {w.service.name: w.state() for w in watchdogs}}
+def replace_json(path, data):
+    """Write ``data`` to ``path`` whole, mode 0644: readers never see half of it."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp = f"{path}.{os.getpid()}"
     with open(tmp, "w", encoding="utf-8") as handle:
         json.dump(data, handle, indent=1, sort_keys=True)
     os.chmod(tmp, 0o644)
     os.replace(tmp, path)
+
+
+def write_state(path, watchdogs, now):
+    """The state file."""
+    replace_json(path, {"updated": now, "services": {w.service.name: w.state() for w in watchdogs}})
 
 
 def read_state(path):
@@ -416,11 +420,7 @@ def cmd_pause(args):
         if os.path.exists(path):
             os.remove(path)
         return 0
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as handle:
-        json.dump({"until": time.time() + args.seconds, "reason": args.reason}, handle)
-    os.replace(tmp, path)
+    replace_json(path, {"until": time.time() + args.seconds, "reason": args.reason})
     return 0
 
 
