@@ -85,8 +85,13 @@ PROBE_LINE = re.compile(r'"(GET /(health|v1/models|metrics)|POST /v1/completions
 
 
 def unit_state(module, unit):
+    # No systemd on the machine (a service run by hand, a container without an init): no state, which the wait reads
+    # as "?" and judges by the API alone. run_command would fail the module on a missing command.
+    systemctl = module.get_bin_path("systemctl")
+    if not systemctl:
+        return {}, ""
     props = "ActiveState,SubState,Result,NRestarts,MainPID,ExecMainStatus"
-    rc, out, err = module.run_command(["systemctl", "show", unit, "--property", props])
+    rc, out, err = module.run_command([systemctl, "show", unit, "--property", props])
     state = dict(line.split("=", 1) for line in out.splitlines() if "=" in line) if rc == 0 else {}
     try:
         log = subprocess.run(

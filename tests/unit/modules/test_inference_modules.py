@@ -515,6 +515,19 @@ def test_probe_sees_loading_then_ready_with_the_key_from_the_secret_file(served)
     assert without_key["models_status"] == 401 and not without_key["ready"]
 
 
+def test_probe_on_a_machine_without_systemd_reports_no_unit_state_and_judges_by_the_api(served, monkeypatch):
+    """The real-GPU machine runs the service by hand, with no systemctl: the probe must not fail on the unit."""
+    url, secret = served
+    monkeypatch.setenv("PATH", "/nonexistent")
+    for _ in range(100):
+        result = run_module(PROBE, {"url": url, "model": "Probed", "secret_file": str(secret), "unit": "x.service"})
+        if result["ready"]:
+            break
+        time.sleep(0.1)
+    assert not result.get("failed"), result
+    assert result["ready"] and result["unit_state"] == {} and result["last_log"] == ""
+
+
 def test_probe_reports_a_closed_port():
     result = run_module(PROBE, {"url": "http://127.0.0.1:9", "model": "x", "http_timeout": 2})
     assert str(result["health"]).startswith("no answer:") and not result["ready"]
